@@ -1,0 +1,103 @@
+"""Mounting: `fmtfs mount` returns only once the mount is ready, then the
+child keeps serving in the background (the readiness travels on a pipe)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pyfuse3
+import trio
+
+from fmtfs.fuse import FmtfsOperations, serve
+from fmtfs.views import SourceTree
+
+log = logging.getLogger("fmtfs")
+READY = b"ready\n"
+
+
+def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int | None) -> None:
+    """Mount and serve until unmounted.  `ready` is a pipe fd told READY once
+    the kernel can send requests."""
+    ops = FmtfsOperations(tree)
+    fuse_options = set(pyfuse3.default_options)
+    fuse_options |= {"fsname=fmtfs", "subtype=fmtfs"}
+    fuse_options |= {opt for opt in options if opt not in ("rw",)}
+    pyfuse3.init(ops, str(mountpoint), fuse_options)
+    try:
+        if ready is not None:
+            os.write(ready, READY)
+            os.close(ready)
+        # SIGTERM/SIGINT unmount cleanly instead of leaving a dead mount point
+        trio.run(_serve_until_signal, ops)
+    finally:
+        pyfuse3.close(unmount=True)
+
+
+async def _serve_until_signal(ops: FmtfsOperations) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def watch_signals() -> None:
+            with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    log.info("signal received: unmounting")
+                    nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch_signals)
+        await serve(ops)
+        nursery.cancel_scope.cancel()
+
+
+def mount_in_background(
+    open_tree: Callable[[], SourceTree], mountpoint: Path, options: list[str], debug: bool
+) -> None:
+    """Fork; the child indexes the source and mounts; the parent returns when
+    the child says READY, or raises with the child's one-line error."""
+    from fmtfs.cli import UserError
+
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid:
+        os.close(write_end)
+        message = b""
+        while chunk := os.read(read_end, 4096):
+            message += chunk
+        os.close(read_end)
+        if message == READY:
+            return
+        os.waitpid(pid, 0)
+        raise UserError(
+            message.decode(errors="replace").strip() or "the mount process died before it was ready"
+        )
+    # child
+    os.close(read_end)
+    os.setsid()
+    try:
+        tree = open_tree()
+        _detach(tree, debug)
+        run_mount(tree, mountpoint, options, ready=write_end)
+    except BaseException as exc:  # noqa: BLE001 - report anything to the waiting parent
+        try:
+            os.write(write_end, str(exc).encode() or type(exc).__name__.encode())
+        except OSError:
+            log.exception("mount failed")
+        os._exit(1)
+    os._exit(0)
+
+
+def _detach(tree: SourceTree, debug: bool) -> None:
+    """Standard streams to /dev/null, logging to a file beside the index."""
+    log_file = tree.index_dir / "fmtfs.log"
+    logging.basicConfig(
+        filename=log_file,
+        level=logging.DEBUG if debug else logging.INFO,
+        format=f"%(asctime)s [{os.getpid()}] %(levelname)s %(message)s",
+    )
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

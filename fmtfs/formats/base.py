@@ -1,0 +1,184 @@
+"""The contract between a native format and the layers above it.
+
+A format module knows native bytes and plain Python records; it knows
+nothing of FUSE, SQLite or JSON text.  Everything above (index, views,
+rendering, FUSE, CLI, Spark) is shared by all formats.
+
+Vocabulary
+----------
+source   the folder (or single file) the user mounts.
+stream   one native file whose records are read in order (a wallaby log,
+         a beats segment, a kestrel writer file, a proio file, a gvfs
+         journal).  A stream is scanned once into chunks; the chunk table
+         is persisted by fmtfs.index so a second mount decodes nothing.
+chunk    a run of consecutive records of one stream that can be decoded on
+         its own from (start, state).  The scan yields, for each chunk, its
+         records *partitioned by view path*: one chunk of a wallaby log
+         feeds `LOG/records.jsonl` and one or more `LOG/buckets/<b>.jsonl`.
+derived  a view computed from the whole source (kestrel pending, gvfs
+view     metadata, beats pending ...).  It is rendered whole and cached
+         keyed by the identities of all native files.
+record   a dict already in the JSON shape of LAYOUT.md, keys in order
+         (see fmtfs.shape for times, bytes and names).
+"""
+
+from __future__ import annotations
+
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+Record = dict[str, Any]
+# Opaque, JSON-serialisable decoder state (e.g. the next sequence number, a
+# CTR block counter, proio metadata carried across buckets).
+State = dict[str, Any]
+
+
+class FormatError(Exception):
+    """A user-facing problem with a source (printed as one line, no traceback)."""
+
+
+class BadRecord(ValueError):
+    """A line written into a view that the format cannot encode (-> EINVAL)."""
+
+
+class ReadOnlyView(Exception):
+    """The view exists but cannot be written (-> EROFS / EACCES)."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One line of `_errors.jsonl`."""
+
+    file: str
+    offset: int
+    error: str
+
+
+@dataclass
+class Chunk:
+    """A decodable run of records; `records` is filled by scan() and decode()."""
+
+    start: int  # native offset where decoding of this chunk begins
+    end: int  # native offset just after its last record
+    state: State  # what decode() needs besides the bytes in [start, end)
+    next_state: State  # the state a scan resumed at `end` starts from
+    records: dict[str, list[Record]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What tells an unchanged native file from a changed one."""
+
+    path: str
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @classmethod
+    def of(cls, path: str | os.PathLike[str]) -> FileIdentity:
+        st = os.stat(path)
+        return cls(os.fspath(path), st.st_size, st.st_mtime_ns, st.st_ino)
+
+
+class Stream(ABC):
+    """One native file read record by record."""
+
+    # Bump when the records a scan produces change shape, so persisted
+    # indexes from older code are discarded rather than trusted.
+    renderer_version: ClassVar[int] = 1
+
+    def __init__(self, name: str, path: Path) -> None:
+        self.name = name  # stable key inside the source, e.g. "segments/3"
+        self.path = path
+
+    @abstractmethod
+    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+        """Walk the file from `start` (None: from the beginning) yielding chunks
+        with records filled in, and Problems for damage met.  Stops quietly at
+        a clean end (EOF, zero tail) and after reporting a torn/bad record; the
+        last chunk's `end` is where a later scan of the grown file resumes."""
+
+    @abstractmethod
+    def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
+        """Decode one chunk previously produced by scan() (records empty)."""
+
+    def view_paths(self) -> list[str]:
+        """View paths this stream always has, even while empty (so an empty
+        segment still shows `segments/<id>.jsonl`)."""
+        return []
+
+
+class Writer(ABC):
+    """Encodes records written into a view into the native files.
+
+    mode "append": each complete JSON line is a record appended in order.
+    mode "replace": the whole written file is one JSON document applied on
+    close (kestrel `readers/<reader>.json`)."""
+
+    mode: ClassVar[str] = "append"
+
+    @abstractmethod
+    def write(self, records: list[Record]) -> None:
+        """Validate *all* records first (raise BadRecord, writing nothing),
+        then encode and write them, flushed to the OS.  fmtfs calls this once
+        per write() with the complete lines it carried."""
+
+    def sync(self) -> None:  # noqa: B027 - optional hook
+        """fsync the native files (called on fsync() and close())."""
+
+
+# A derived view renders to records (for `.jsonl` views, which also get a
+# Parquet twin) or to finished bytes (`.json`, `.txt`).
+DerivedRender = Callable[[], "list[Record] | bytes"]
+
+
+class Format(ABC):
+    """One native format bound to one source."""
+
+    name: ClassVar[str]
+
+    def __init__(self, source: Path, options: dict[str, Any]) -> None:
+        self.source = source
+        self.options = options  # key, time_bucket, descriptor_set, ...
+
+    @classmethod
+    @abstractmethod
+    def detect(cls, source: Path) -> bool:
+        """True when `source` looks like this format (by magic bytes)."""
+
+    @abstractmethod
+    def streams(self) -> list[Stream]:
+        """The streams the source holds now (re-called when it changes)."""
+
+    def derived_views(self) -> dict[str, DerivedRender]:
+        """View paths computed from the whole source -> function rendering
+        their complete bytes.  Called again when any native file changes."""
+        return {}
+
+    def info(self) -> dict[str, Any]:
+        """Per-stream details (versions, options, ...) for `_fmtfs.json`."""
+        return {}
+
+    def problems(self) -> list[Problem]:
+        """Problems not tied to a stream scan (an unparsable reader file)."""
+        return []
+
+    def writer(self, view_path: str, create: bool) -> Writer:
+        """A writer for `view_path`.  `create` is True when the view does not
+        exist yet (a new beats segment, a new kestrel reader).  Raise
+        ReadOnlyView for views that cannot be written, FileNotFoundError for
+        paths that cannot be created."""
+        raise ReadOnlyView(view_path)
+
+    def parquet_schema(self, view_path: str) -> Any:
+        """The pyarrow schema of a record view's Parquet twin, or None to let
+        fmtfs.parquet infer one from the records."""
+        return None
+
+    def native_files(self) -> list[Path]:
+        """Every native file whose change should refresh the views."""
+        return [s.path for s in self.streams()]

@@ -1,0 +1,345 @@
+"""The wallaby write-ahead log: `<name>` LOG files with `<name>.idx` indexes.
+
+Layout (specs/wallaby-log.md, generation B, little-endian):
+  file header   "LOG"|"IDX", u8 version 1, u32 flags, [i64 ttl_ns]   (log: 8 or 16 bytes; idx: 16)
+  log record    u32 size, u32 flags, i64 time_ns, payload[size]
+  index record  i64 time_ns, u64 seq, i64 offset-of-log-record
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, Record, State, Stream, Writer
+from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
+
+LOG_MAGIC = b"LOG\x01"
+IDX_MAGIC = b"IDX\x01"
+HEADER_16 = struct.Struct("<3sBIq")
+RECORD = struct.Struct("<IIq")
+INDEX_RECORD = struct.Struct("<qQq")
+MAX_PAYLOAD = 64 * 1024  # v1.Create's maxSize: what a real reader accepts
+CHUNK_RECORDS = 4096
+CHUNK_BYTES = 1 << 20
+
+BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
+BUCKET_PATTERN = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d"}
+
+
+def index_path(log: Path) -> Path:
+    return log.with_name(log.name + ".idx")
+
+
+def _read_prefix(path: Path, size: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except OSError:
+        return b""
+
+
+def is_log(path: Path) -> bool:
+    return path.is_file() and not path.name.endswith(".idx") and _read_prefix(path, 4) == LOG_MAGIC
+
+
+def chain_ends_cleanly(data: bytes | mmap.mmap, header: int) -> bool:
+    """Does the record chain from `header` reach EOF or a zero tail with every
+    size in bounds?  (Deciding the log header size, spec §2.)"""
+    offset, end = header, len(data)
+    while offset + RECORD.size <= end:
+        size, _, stamp = RECORD.unpack_from(data, offset)
+        if stamp == 0:
+            return True
+        if size > MAX_PAYLOAD or offset + RECORD.size + size > end:
+            return False
+        offset += RECORD.size + size
+    return offset == end or not any(data[offset:end])
+
+
+def log_header_size(log: Path, data: bytes | mmap.mmap) -> int:
+    """8 (as wal.go writes) or 16 (as the document draws it)."""
+    idx = _read_prefix(index_path(log), 16 + INDEX_RECORD.size)
+    if len(idx) == 16 + INDEX_RECORD.size and idx[:4] == IDX_MAGIC:
+        _, _, first = INDEX_RECORD.unpack_from(idx, 16)
+        if first in (8, 16):
+            return first
+    if len(data) <= 16:
+        return 16 if len(data) == 16 or len(data) < 8 else 8
+    if chain_ends_cleanly(data, 16):
+        return 16
+    if chain_ends_cleanly(data, 8):
+        return 8
+    return 16
+
+
+class Bucketer:
+    """UTC time bucket names, memoised per bucket (a log has few buckets)."""
+
+    def __init__(self, unit: str) -> None:
+        self.seconds = BUCKET_SECONDS[unit]
+        self.pattern = BUCKET_PATTERN[unit]
+        self.names: dict[int, str] = {}
+
+    def name(self, time_ns: int) -> str:
+        bucket = time_ns // 1_000_000_000 // self.seconds
+        name = self.names.get(bucket)
+        if name is None:
+            name = time.strftime(self.pattern, time.gmtime(bucket * self.seconds))
+            self.names[bucket] = name
+        return name
+
+
+class WallabyLog(Stream):
+    """One log file; records are scanned from the log itself, which is the
+    truth: a missing or lagging .idx only matters to the writer."""
+
+    renderer_version = 1
+
+    def __init__(self, path: Path, time_bucket: str) -> None:
+        self.folder = encode_name(path.name)
+        super().__init__(self.folder, path)
+        self.bucketer = Bucketer(time_bucket)
+        self.records_view = f"{self.folder}/records.jsonl"
+
+    def view_paths(self) -> list[str]:
+        return [self.records_view]
+
+    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+        with open(self.path, "rb") as f:
+            size = os.fstat(f.fileno()).st_size
+            if size == 0:
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                if start is None:
+                    if data[:4] != LOG_MAGIC:
+                        yield Problem(self.path.name, 0, "not a wallaby log (bad LOG signature or version)")
+                        return
+                    start, state = log_header_size(self.path, data), {"seq": 0}
+                yield from self._chunks(data, start, state["seq"])
+
+    def _chunks(self, data: mmap.mmap, offset: int, seq: int) -> Iterator[Chunk | Problem]:
+        end = len(data)
+        while True:
+            records, stop, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end)
+            count = len(records[self.records_view])
+            if count:
+                yield Chunk(offset, stop, {"seq": seq}, {"seq": seq + count}, records)
+            if problem is not None:
+                yield problem
+                return
+            if count < CHUNK_RECORDS:
+                return
+            offset, seq = stop, seq + count
+
+    def _decode_run(
+        self, data: bytes | mmap.mmap, offset: int, seq: int, limit: int, end: int
+    ) -> tuple[dict[str, list[Record]], int, Problem | None]:
+        """Up to `limit` records from `offset` (or CHUNK_BYTES of them)."""
+        unpack = RECORD.unpack_from
+        bucket_name = self.bucketer.name
+        lines: list[Record] = []
+        buckets: dict[str, list[Record]] = {}
+        folder = self.folder
+        start = offset
+        problem = None
+        while len(lines) < limit and offset - start < CHUNK_BYTES:
+            if offset + RECORD.size > end:
+                if offset < end and any(data[offset:end]):
+                    problem = Problem(self.path.name, offset, "torn record header at end of log")
+                break
+            size, flags, stamp = unpack(data, offset)
+            if stamp == 0:
+                break  # zero tail of a preallocated (mmap pre-extended) log
+            body = offset + RECORD.size
+            if body + size > end:
+                problem = Problem(self.path.name, offset, f"torn record: size {size} runs past end of log")
+                break
+            record = put_data(
+                {"index": seq, "time": format_time(stamp), "flags": flags}, data[body : body + size]
+            )
+            lines.append(record)
+            name = bucket_name(stamp)
+            bucket = buckets.get(name)
+            if bucket is None:
+                bucket = buckets[name] = []
+            bucket.append(record)
+            seq += 1
+            offset = body + size
+        views = {self.records_view: lines}
+        for name, bucket in buckets.items():
+            views[f"{folder}/buckets/{name}.jsonl"] = bucket
+        return views, offset, problem
+
+    def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
+        with open(self.path, "rb") as f:
+            f.seek(chunk.start)
+            data = f.read(chunk.end - chunk.start)
+        views, _, _ = self._decode_run(data, 0, chunk.state["seq"], 1 << 62, len(data))
+        return views
+
+
+class WallabyFormat(Format):
+    name: ClassVar[str] = "wallaby"
+
+    @classmethod
+    def detect(cls, source: Path) -> bool:
+        if source.is_file():
+            return is_log(source)
+        return any(is_log(p) for p in source.iterdir())
+
+    def logs(self) -> list[Path]:
+        if self.source.is_file():
+            return [self.source]
+        return sorted(p for p in self.source.iterdir() if is_log(p))
+
+    def streams(self) -> list[Stream]:
+        bucket = self.options.get("time_bucket") or "hour"
+        return [WallabyLog(p, bucket) for p in self.logs()]
+
+    def info(self) -> dict[str, Any]:
+        details = {}
+        for log in self.logs():
+            with open(log, "rb") as f:
+                head = f.read(16)
+                data = head + f.read(1 << 16)
+            header = log_header_size(log, data)
+            _, version, flags, ttl = HEADER_16.unpack_from(head.ljust(16, b"\0"))
+            idx = index_path(log)
+            details[encode_name(log.name)] = {
+                "version": version,
+                "header_size": header,
+                "flags": flags,
+                "ttl_ns": ttl if header == 16 else 0,
+                "index": idx.name if idx.exists() else None,
+                "index_records": max(0, (idx.stat().st_size - 16) // INDEX_RECORD.size)
+                if idx.exists()
+                else 0,
+            }
+        return {"logs": details}
+
+    def writer(self, view_path: str, create: bool) -> Writer:
+        for log in self.logs():
+            if view_path == f"{encode_name(log.name)}/records.jsonl":
+                if create:
+                    raise FileExistsError(view_path)
+                return WallabyWriter(log)
+        from fmtfs.formats.base import ReadOnlyView
+
+        raise ReadOnlyView(f"{view_path}: only <name>/records.jsonl takes appended records")
+
+
+def encode_record(payload: bytes, time_ns: int, flags: int = 0) -> bytes:
+    if len(payload) > MAX_PAYLOAD:
+        raise BadRecord(f"payload of {len(payload)} bytes exceeds wallaby's {MAX_PAYLOAD}")
+    return RECORD.pack(len(payload), flags, time_ns) + payload
+
+
+def encode_index_record(time_ns: int, seq: int, offset: int) -> bytes:
+    return INDEX_RECORD.pack(time_ns, seq, offset)
+
+
+def encode_header(magic: bytes, flags: int = 0, ttl_ns: int = 0) -> bytes:
+    return HEADER_16.pack(magic[:3], 1, flags, ttl_ns)
+
+
+def create_pair(log: Path, flags: int = 0, ttl_ns: int = 0) -> None:
+    """A new log and index, both with the 16-byte header the document draws."""
+    log.write_bytes(encode_header(LOG_MAGIC, flags, ttl_ns))
+    index_path(log).write_bytes(encode_header(IDX_MAGIC, flags, ttl_ns))
+
+
+class WallabyWriter(Writer):
+    """Appends log records, then their index records (spec §7)."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        self.idx = index_path(log)
+
+    def _prepare(self) -> tuple[int, int, int, int]:
+        """Bring the index in line with the log and cut a zero tail.
+        Returns (log end, next seq, header flags, index end)."""
+        with open(self.log, "rb") as f:
+            data = f.read()
+        if data[:4] != LOG_MAGIC:
+            raise BadRecord(f"{self.log.name}: not a wallaby log")
+        header = log_header_size(self.log, data)
+        flags = struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else 0
+        offsets: list[tuple[int, int]] = []  # (offset, time) of every record
+        offset = header
+        while offset + RECORD.size <= len(data):
+            size, _, stamp = RECORD.unpack_from(data, offset)
+            if stamp == 0 or offset + RECORD.size + size > len(data):
+                break
+            offsets.append((offset, stamp))
+            offset += RECORD.size + size
+        if any(data[offset:]):
+            raise BadRecord(
+                f"{self.log.name} ends in a torn record at offset {offset}; refusing to append after it"
+            )
+        if offset < len(data):
+            os.truncate(self.log, offset)  # zero tail of a preallocated log
+        if not self.idx.exists():
+            self.idx.write_bytes(encode_header(IDX_MAGIC, flags))
+        idx = self.idx.read_bytes()
+        valid = 0
+        for i in range(min(len(offsets), (len(idx) - 16) // INDEX_RECORD.size)):
+            stamp, seq, at = INDEX_RECORD.unpack_from(idx, 16 + i * INDEX_RECORD.size)
+            if (at, stamp) != offsets[i] or seq != i:
+                break
+            valid += 1
+        missing = b"".join(encode_index_record(t, i, o) for i, (o, t) in enumerate(offsets[valid:], valid))
+        with open(self.idx, "r+b") as f:
+            f.truncate(16 + valid * INDEX_RECORD.size)
+            f.seek(0, os.SEEK_END)
+            f.write(missing)
+        return offset, len(offsets), flags, 16 + len(offsets) * INDEX_RECORD.size
+
+    def write(self, records: list[Record]) -> None:
+        encoded = []
+        now = time.time_ns()
+        for number, record in enumerate(records, 1):
+            try:
+                unknown = set(record) - {"index", "time", "flags", "data", "data_base64"}
+                if unknown:
+                    raise BadRecord(f"unknown field(s) {', '.join(sorted(unknown))}")
+                payload = take_data(record)
+                stamp = parse_time(record["time"], "ns") if record.get("time") is not None else now
+                if stamp <= 0 or stamp >= 1 << 63:
+                    raise BadRecord("time: must be after 1970 and fit in an i64 of nanoseconds")
+                flags = record.get("flags")
+                if flags is not None and (type(flags) is not int or not 0 <= flags < 1 << 32):
+                    raise BadRecord("flags: expected an integer from 0 to 2^32-1")
+                encoded.append((payload, stamp, flags, record.get("index")))
+                if len(payload) > MAX_PAYLOAD:
+                    raise BadRecord(f"payload of {len(payload)} bytes exceeds wallaby's {MAX_PAYLOAD}")
+            except BadRecord as exc:
+                raise BadRecord(f"record {number}: {exc}") from None
+        log_end, seq, header_flags, _ = self._prepare()
+        log_bytes, idx_bytes = [], []
+        offset = log_end
+        for i, (payload, stamp, flags, given) in enumerate(encoded):
+            if given is not None and given != seq + i:
+                raise BadRecord(f"record {i + 1}: index {given} given, but the next index is {seq + i}")
+            log_bytes.append(encode_record(payload, stamp, header_flags if flags is None else flags))
+            idx_bytes.append(encode_index_record(stamp, seq + i, offset))
+            offset += RECORD.size + len(payload)
+        # The log record lands before its index record: a crash between the
+        # two leaves a lagging index, which readers complete from the log.
+        with open(self.log, "ab") as f:
+            f.write(b"".join(log_bytes))
+        with open(self.idx, "ab") as f:
+            f.write(b"".join(idx_bytes))
+
+    def sync(self) -> None:
+        for path in (self.log, self.idx):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)

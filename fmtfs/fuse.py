@@ -1,0 +1,287 @@
+"""The thin pyfuse3 adapter over fmtfs.views.SourceTree.
+
+Every handler turns the tree's exceptions into FUSEError: anything else
+raised from a handler would end pyfuse3.main and kill the mount.  Work that
+decodes (reads, refreshes, writes) runs in a worker thread so one slow chunk
+never blocks the trio loop serving other requests."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import logging
+import os
+import stat
+import threading
+
+import pyfuse3
+import trio
+
+from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
+from fmtfs.views import META_ERRORS, META_INFO, SourceTree, ViewWriter
+
+log = logging.getLogger("fmtfs")
+
+# Short attribute/entry lifetimes so a fresh stat sees a grown view; open
+# readers are told through invalidate_inode by the poller.
+ATTR_TIMEOUT = 1.0
+POLL_SECONDS = 1.0
+
+
+def _errors_to_fuse(handler):
+    @functools.wraps(handler)
+    async def wrapper(*args, **kwargs):
+        try:
+            return await handler(*args, **kwargs)
+        except pyfuse3.FUSEError:
+            raise
+        except FileNotFoundError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+        except FileExistsError:
+            raise pyfuse3.FUSEError(errno.EEXIST) from None
+        except ReadOnlyView as exc:
+            log.info("refused: %s", exc)
+            raise pyfuse3.FUSEError(errno.EROFS if "read-only" in str(exc) else errno.EACCES) from None
+        except (BadRecord, ValueError) as exc:
+            log.warning("invalid write: %s", exc)
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+        except FormatError as exc:
+            log.error("%s", exc)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+        except Exception:
+            log.exception("internal error in %s", handler.__name__)
+            raise pyfuse3.FUSEError(errno.EIO) from None
+
+    return wrapper
+
+
+class Inodes:
+    """Stable inode numbers for view paths ("" is the root)."""
+
+    def __init__(self) -> None:
+        self.by_path: dict[str, int] = {"": pyfuse3.ROOT_INODE}
+        self.by_inode: dict[int, str] = {pyfuse3.ROOT_INODE: ""}
+
+    def inode(self, path: str) -> int:
+        ino = self.by_path.get(path)
+        if ino is None:
+            ino = len(self.by_inode) + pyfuse3.ROOT_INODE
+            self.by_path[path] = ino
+            self.by_inode[ino] = path
+        return ino
+
+    def path(self, inode: int) -> str:
+        try:
+            return self.by_inode[inode]
+        except KeyError:
+            raise pyfuse3.FUSEError(errno.ENOENT) from None
+
+
+def _child(parent: str, name: bytes) -> str:
+    text = os.fsdecode(name)
+    return f"{parent}/{text}" if parent else text
+
+
+class FmtfsOperations(pyfuse3.Operations):
+    supports_dot_lookup = False
+    enable_writeback_cache = False
+
+    def __init__(self, tree: SourceTree) -> None:
+        super().__init__()
+        self.tree = tree
+        self.inodes = Inodes()
+        self.handles: dict[int, tuple[str, ViewWriter | None]] = {}
+        self.next_handle = 1
+        self.uid, self.gid = os.getuid(), os.getgid()
+
+    # -- attributes -------------------------------------------------------
+
+    async def _refresh(self) -> None:
+        changed = await trio.to_thread.run_sync(self.tree.refresh)
+        if changed:
+            self._invalidate_later(changed)
+
+    def _attributes(self, path: str) -> pyfuse3.EntryAttributes:
+        entry = pyfuse3.EntryAttributes()
+        entry.st_ino = self.inodes.inode(path)
+        entry.generation = 0
+        entry.entry_timeout = ATTR_TIMEOUT
+        entry.attr_timeout = ATTR_TIMEOUT
+        entry.st_uid, entry.st_gid = self.uid, self.gid
+        if self.tree.is_dir(path):
+            entry.st_mode = stat.S_IFDIR | (0o755 if not self.tree.readonly else 0o555)
+            entry.st_nlink = 2
+            entry.st_size = 0
+        elif self.tree.exists(path):
+            entry.st_mode = stat.S_IFREG | (0o644 if self.tree.writable(path) else 0o444)
+            entry.st_nlink = 1
+            entry.st_size = self.tree.size(path)
+        else:
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        entry.st_blksize = 128 * 1024
+        entry.st_blocks = (entry.st_size + 511) // 512
+        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = self.tree.mtime_ns
+        return entry
+
+    async def _attributes_async(self, path: str) -> pyfuse3.EntryAttributes:
+        # the size of a derived or Parquet view may need rendering: off the loop
+        return await trio.to_thread.run_sync(self._attributes, path)
+
+    @_errors_to_fuse
+    async def lookup(self, parent_inode, name, ctx=None):
+        path = _child(self.inodes.path(parent_inode), name)
+        await self._refresh()
+        if not self.tree.exists(path):
+            raise pyfuse3.FUSEError(errno.ENOENT)
+        return await self._attributes_async(path)
+
+    @_errors_to_fuse
+    async def getattr(self, inode, ctx=None):
+        await self._refresh()
+        return await self._attributes_async(self.inodes.path(inode))
+
+    @_errors_to_fuse
+    async def setattr(self, inode, attr, fields, fh, ctx):
+        path = self.inodes.path(inode)
+        # `>` truncates before writing: accepted (as a no-op) only where the
+        # write that follows replaces the whole view, or for a view being created.
+        if fields.update_size and attr.st_size != self.tree.size(path):
+            writer = self.handles.get(fh, (None, None))[1] if fh is not None else None
+            replacing = writer is not None and writer.writer.mode == "replace"
+            if not (attr.st_size == 0 and (replacing or path in self.tree.created)):
+                raise pyfuse3.FUSEError(errno.EPERM if self.tree.writable(path) else errno.EROFS)
+        return await self._attributes_async(path)
+
+    # -- directories ------------------------------------------------------
+
+    @_errors_to_fuse
+    async def opendir(self, inode, ctx):
+        path = self.inodes.path(inode)
+        await self._refresh()
+        if not self.tree.is_dir(path):
+            raise pyfuse3.FUSEError(errno.ENOTDIR)
+        return inode
+
+    @_errors_to_fuse
+    async def readdir(self, fh, start_id, token):
+        path = self.inodes.path(fh)
+        names = self.tree.listdir(path)
+        # resume where the kernel's buffer filled: offset = index + 1
+        for position in range(start_id, len(names)):
+            child = f"{path}/{names[position]}" if path else names[position]
+            attributes = await self._attributes_async(child)
+            if not pyfuse3.readdir_reply(token, os.fsencode(names[position]), attributes, position + 1):
+                return
+
+    # -- files ------------------------------------------------------------
+
+    def _new_handle(self, path: str, writer: ViewWriter | None) -> int:
+        fh = self.next_handle
+        self.next_handle += 1
+        self.handles[fh] = (path, writer)
+        return fh
+
+    @_errors_to_fuse
+    async def open(self, inode, flags, ctx):
+        path = self.inodes.path(inode)
+        if not self.tree.exists(path) or self.tree.is_dir(path):
+            raise pyfuse3.FUSEError(errno.ENOENT if not self.tree.exists(path) else errno.EISDIR)
+        writer = None
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            writer = await trio.to_thread.run_sync(self.tree.open_writer, path, False)
+        info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
+        # writes go straight to us so a refused line fails the writer's write();
+        # reads keep the page cache (mmap works) but drop it on every open.
+        info.direct_io = writer is not None
+        info.keep_cache = False
+        return info
+
+    @_errors_to_fuse
+    async def create(self, parent_inode, name, mode, flags, ctx):
+        path = _child(self.inodes.path(parent_inode), name)
+        if self.tree.exists(path):
+            raise pyfuse3.FUSEError(errno.EEXIST)
+        writer = await trio.to_thread.run_sync(self.tree.open_writer, path, True)
+        info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
+        info.direct_io = True
+        return info, self._attributes(path)
+
+    @_errors_to_fuse
+    async def read(self, fh, off, size):
+        path = self.handles[fh][0]
+        return await trio.to_thread.run_sync(self.tree.read, path, off, size)
+
+    @_errors_to_fuse
+    async def write(self, fh, off, buf):
+        writer = self.handles[fh][1]
+        if writer is None:
+            raise pyfuse3.FUSEError(errno.EBADF)
+        try:
+            await trio.to_thread.run_sync(writer.write, bytes(buf))
+        except BadRecord:
+            self._invalidate_later({META_ERRORS, META_INFO})
+            raise
+        self._invalidate_later({writer.path})
+        return len(buf)
+
+    @_errors_to_fuse
+    async def flush(self, fh):
+        writer = self.handles[fh][1]
+        if writer is not None:
+            await trio.to_thread.run_sync(writer.flush)
+
+    @_errors_to_fuse
+    async def fsync(self, fh, datasync):
+        await self.flush(fh)
+
+    @_errors_to_fuse
+    async def release(self, fh):
+        path, writer = self.handles.pop(fh, (None, None))
+        if writer is not None:
+            try:
+                await trio.to_thread.run_sync(writer.flush)
+            finally:
+                with self.tree.lock:
+                    self.tree.created.discard(path)
+
+    async def statfs(self, ctx):
+        result = pyfuse3.StatvfsData()
+        result.f_bsize = result.f_frsize = 4096
+        result.f_namemax = 255
+        return result
+
+    # -- growth -----------------------------------------------------------
+
+    def _invalidate_later(self, paths: set[str]) -> None:
+        """Tell the kernel a view's size changed.  Done from a thread, never
+        inside the handler serving that inode (the kernel would deadlock)."""
+        inodes = [self.inodes.by_path[p] for p in paths if p in self.inodes.by_path]
+        if inodes:
+            threading.Thread(target=_invalidate, args=(inodes,), daemon=True).start()
+
+    async def poll_source(self) -> None:
+        """Notice growth by the producing application, for `tail -f` readers."""
+        while True:
+            await trio.sleep(POLL_SECONDS)
+            try:
+                changed = await trio.to_thread.run_sync(self.tree.refresh, True)
+            except Exception:
+                log.exception("refreshing the source failed")
+                continue
+            if changed:
+                self._invalidate_later(changed)
+
+
+def _invalidate(inodes: list[int]) -> None:
+    for ino in inodes:
+        try:
+            pyfuse3.invalidate_inode(ino, attr_only=True)
+        except OSError:
+            pass  # ENOENT: the kernel has forgotten the inode already
+
+
+async def serve(ops: FmtfsOperations) -> None:
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(ops.poll_source)
+        await pyfuse3.main()
+        nursery.cancel_scope.cancel()

@@ -1,0 +1,361 @@
+"""The persistent chunk index (SQLite under --cache-dir).
+
+For every stream it keeps the chunk table (native start/end and decoder
+state) and, per view fed by the stream, the rendered length of each chunk's
+piece.  With it a view's exact size is a sum, a read at any offset is a
+bisect plus one chunk decode, a second mount of an unchanged source decodes
+nothing, and a grown file is scanned from its last chunk on."""
+
+from __future__ import annotations
+
+import bisect
+import hashlib
+import sqlite3
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import orjson
+
+from fmtfs.formats.base import Chunk, FileIdentity, Problem, State, Stream
+from fmtfs.render import render_lines
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS streams (
+    id INTEGER PRIMARY KEY,
+    source TEXT NOT NULL,
+    name TEXT NOT NULL,
+    version TEXT NOT NULL,
+    inode INTEGER NOT NULL,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    UNIQUE (source, name)
+);
+CREATE TABLE IF NOT EXISTS chunks (
+    stream INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    start INTEGER NOT NULL,
+    end_ INTEGER NOT NULL,
+    state BLOB NOT NULL,
+    count INTEGER NOT NULL,
+    PRIMARY KEY (stream, seq)
+);
+CREATE TABLE IF NOT EXISTS pieces (
+    stream INTEGER NOT NULL,
+    view TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    length INTEGER NOT NULL,
+    PRIMARY KEY (stream, view, seq)
+);
+CREATE TABLE IF NOT EXISTS problems (
+    stream INTEGER NOT NULL,
+    offset INTEGER NOT NULL,
+    file TEXT NOT NULL,
+    error TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS derived (
+    source TEXT NOT NULL,
+    path TEXT NOT NULL,
+    deps TEXT NOT NULL,
+    data BLOB NOT NULL,
+    PRIMARY KEY (source, path)
+);
+"""
+
+# Derived views larger than this are recomputed on a new mount, not stored.
+DERIVED_STORE_LIMIT = 16 << 20
+
+
+@dataclass
+class ChunkMeta:
+    start: int
+    end: int
+    state: State
+    count: int  # records in the stream's primary (first) view
+
+
+@dataclass
+class ViewPieces:
+    """Where one view's bytes come from: per contributing chunk, its rendered end."""
+
+    seqs: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return self.ends[-1] if self.ends else 0
+
+    def add(self, seq: int, length: int) -> None:
+        if length:
+            self.seqs.append(seq)
+            self.ends.append(self.size + length)
+
+    def truncate_from(self, seq: int) -> None:
+        """Forget the pieces of chunks >= seq."""
+        cut = bisect.bisect_left(self.seqs, seq)
+        del self.seqs[cut:]
+        del self.ends[cut:]
+
+
+@dataclass
+class StreamEntry:
+    stream: Stream
+    row_id: int
+    identity: FileIdentity
+    chunks: list[ChunkMeta] = field(default_factory=list)
+    views: dict[str, ViewPieces] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def record_count(self) -> int:
+        return sum(c.count for c in self.chunks)
+
+
+class RenderedChunks:
+    """LRU of rendered view pieces, bounded in bytes (fsspec's blockcache idea)."""
+
+    def __init__(self, capacity: int = 64 << 20) -> None:
+        self.capacity = capacity
+        self.used = 0
+        self.items: OrderedDict[tuple, bytes] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple) -> bytes | None:
+        with self.lock:
+            data = self.items.get(key)
+            if data is not None:
+                self.items.move_to_end(key)
+            return data
+
+    def put(self, key: tuple, data: bytes) -> None:
+        with self.lock:
+            if key in self.items:
+                return
+            self.items[key] = data
+            self.used += len(data)
+            while self.used > self.capacity and len(self.items) > 1:
+                _, old = self.items.popitem(last=False)
+                self.used -= len(old)
+
+    def drop_stream(self, name: str) -> None:
+        with self.lock:
+            for key in [k for k in self.items if k[0] == name]:
+                self.used -= len(self.items.pop(key))
+
+
+class Index:
+    """Chunk tables of one source's streams, persisted in SQLite."""
+
+    def __init__(self, cache_dir: Path, source_key: str, version: str) -> None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        self.source_key = source_key
+        self.version = version
+        self.db = sqlite3.connect(cache_dir / "index.sqlite3", check_same_thread=False, timeout=30)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.executescript(SCHEMA)
+        self.lock = threading.RLock()
+        self.entries: dict[str, StreamEntry] = {}
+        self.rendered = RenderedChunks()
+
+    # -- indexing ---------------------------------------------------------
+
+    def update(self, stream: Stream) -> tuple[StreamEntry, bool]:
+        """The index of `stream`, brought up to date with its file.
+        Returns (entry, changed)."""
+        identity = FileIdentity.of(stream.path)
+        with self.lock:
+            entry = self.entries.get(stream.name)
+            if entry is None:
+                entry = self._load(stream, identity)
+                if entry is not None and entry.identity == identity:
+                    self.entries[stream.name] = entry
+                    return entry, True
+            elif entry.identity == identity:
+                entry.stream = stream
+                return entry, False
+            grown = (
+                entry is not None
+                and entry.identity.inode == identity.inode
+                and entry.identity.size <= identity.size
+            )
+            if grown:
+                entry.stream = stream
+                self._resume(entry, identity)
+            else:
+                entry = self._rescan(stream, identity)
+            self.entries[stream.name] = entry
+            self.rendered.drop_stream(stream.name)
+            return entry, True
+
+    def forget_missing(self, names: set[str]) -> list[str]:
+        """Drop streams whose files disappeared; returns their names."""
+        with self.lock:
+            gone = [n for n in self.entries if n not in names]
+            for name in gone:
+                self._delete_rows(self.entries.pop(name).row_id)
+                self.rendered.drop_stream(name)
+            self.db.commit()
+            return gone
+
+    def _load(self, stream: Stream, identity: FileIdentity) -> StreamEntry | None:
+        row = self.db.execute(
+            "SELECT id, version, inode, size, mtime_ns FROM streams WHERE source=? AND name=?",
+            (self.source_key, stream.name),
+        ).fetchone()
+        if row is None or row[1] != self._version(stream):
+            return None
+        row_id = row[0]
+        entry = StreamEntry(stream, row_id, FileIdentity(str(stream.path), row[3], row[4], row[2]))
+        for start, end, state, count in self.db.execute(
+            "SELECT start, end_, state, count FROM chunks WHERE stream=? ORDER BY seq", (row_id,)
+        ):
+            entry.chunks.append(ChunkMeta(start, end, orjson.loads(state), count))
+        for view, seq, length in self.db.execute(
+            "SELECT view, seq, length FROM pieces WHERE stream=? ORDER BY view, seq", (row_id,)
+        ):
+            entry.views.setdefault(view, ViewPieces()).add(seq, length)
+        entry.problems = [
+            Problem(file, offset, error)
+            for offset, file, error in self.db.execute(
+                "SELECT offset, file, error FROM problems WHERE stream=? ORDER BY rowid", (row_id,)
+            )
+        ]
+        return entry
+
+    def _version(self, stream: Stream) -> str:
+        return f"{self.version}/{type(stream).__qualname__}/{stream.renderer_version}"
+
+    def _rescan(self, stream: Stream, identity: FileIdentity) -> StreamEntry:
+        cur = self.db.execute(
+            "SELECT id FROM streams WHERE source=? AND name=?", (self.source_key, stream.name)
+        ).fetchone()
+        if cur is not None:
+            self._delete_rows(cur[0])
+        row_id = self.db.execute(
+            "INSERT INTO streams (source, name, version, inode, size, mtime_ns) VALUES (?,?,?,?,?,?)",
+            (self.source_key, stream.name, self._version(stream), identity.inode, 0, 0),
+        ).lastrowid
+        entry = StreamEntry(stream, row_id, identity)
+        self._scan_into(entry, None, None, identity)
+        return entry
+
+    def _resume(self, entry: StreamEntry, identity: FileIdentity) -> None:
+        """Re-scan from the start of the last chunk, so a slowly growing file
+        keeps full-sized chunks and a torn tail that completed is re-read."""
+        start: int | None = None
+        state: State | None = None
+        if entry.chunks:
+            last = entry.chunks.pop()
+            start, state = last.start, last.state
+            seq = len(entry.chunks)
+            for pieces in entry.views.values():
+                pieces.truncate_from(seq)
+            self.db.execute("DELETE FROM chunks WHERE stream=? AND seq>=?", (entry.row_id, seq))
+            self.db.execute("DELETE FROM pieces WHERE stream=? AND seq>=?", (entry.row_id, seq))
+        # problems are re-reported by the scan; those before `start` stay
+        keep_before = start if start is not None else 0
+        entry.problems = [p for p in entry.problems if p.offset < keep_before]
+        self.db.execute("DELETE FROM problems WHERE stream=? AND offset>=?", (entry.row_id, keep_before))
+        self._scan_into(entry, start, state, identity)
+
+    def _scan_into(
+        self, entry: StreamEntry, start: int | None, state: State | None, identity: FileIdentity
+    ) -> None:
+        chunk_rows = []
+        piece_rows = []
+        problem_rows = []
+        for item in entry.stream.scan(start, state):
+            if isinstance(item, Problem):
+                entry.problems.append(item)
+                problem_rows.append((entry.row_id, item.offset, item.file, item.error))
+                continue
+            seq = len(entry.chunks)
+            count = len(next(iter(item.records.values()))) if item.records else 0
+            entry.chunks.append(ChunkMeta(item.start, item.end, item.state, count))
+            chunk_rows.append((entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), count))
+            for view, records in item.records.items():
+                data = render_lines(records)
+                entry.views.setdefault(view, ViewPieces()).add(seq, len(data))
+                if data:
+                    piece_rows.append((entry.row_id, view, seq, len(data)))
+        for view in entry.stream.view_paths():
+            entry.views.setdefault(view, ViewPieces())
+        entry.identity = identity
+        with self.db:
+            self.db.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", chunk_rows)
+            self.db.executemany("INSERT INTO pieces VALUES (?,?,?,?)", piece_rows)
+            self.db.executemany("INSERT INTO problems VALUES (?,?,?,?)", problem_rows)
+            self.db.execute(
+                "UPDATE streams SET inode=?, size=?, mtime_ns=? WHERE id=?",
+                (identity.inode, identity.size, identity.mtime_ns, entry.row_id),
+            )
+
+    def _delete_rows(self, row_id: int) -> None:
+        for table in ("chunks", "pieces", "problems"):
+            self.db.execute(f"DELETE FROM {table} WHERE stream=?", (row_id,))
+        self.db.execute("DELETE FROM streams WHERE id=?", (row_id,))
+
+    # -- reading ----------------------------------------------------------
+
+    def read(self, entry: StreamEntry, view: str, offset: int, size: int) -> bytes:
+        """Bytes [offset, offset+size) of `view`, rendering only the chunks hit."""
+        pieces = entry.views.get(view)
+        if pieces is None or offset >= pieces.size or size <= 0:
+            return b""
+        out = []
+        i = bisect.bisect_right(pieces.ends, offset)
+        end = min(offset + size, pieces.size)
+        while offset < end and i < len(pieces.seqs):
+            piece_start = pieces.ends[i - 1] if i else 0
+            data = self.piece(entry, view, pieces.seqs[i])
+            out.append(data[offset - piece_start : end - piece_start])
+            offset = pieces.ends[i]
+            i += 1
+        return b"".join(out)
+
+    def piece(self, entry: StreamEntry, view: str, seq: int) -> bytes:
+        key = (entry.stream.name, seq, view)
+        data = self.rendered.get(key)
+        if data is not None:
+            return data
+        meta = entry.chunks[seq]
+        records = entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {}))
+        # keep every view of the decoded chunk: buckets are read right after records
+        for other, recs in records.items():
+            rendered = render_lines(recs)
+            self.rendered.put((entry.stream.name, seq, other), rendered)
+            if other == view:
+                data = rendered
+        return data if data is not None else b""
+
+    def records(self, entry: StreamEntry, view: str):
+        """Every record of `view` in order, one chunk at a time (for Parquet)."""
+        pieces = entry.views.get(view)
+        if pieces is None:
+            return
+        for seq in pieces.seqs:
+            meta = entry.chunks[seq]
+            yield entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {})).get(view, [])
+
+    # -- derived views ----------------------------------------------------
+
+    def derived_get(self, path: str, deps: str) -> bytes | None:
+        with self.lock:
+            row = self.db.execute(
+                "SELECT deps, data FROM derived WHERE source=? AND path=?", (self.source_key, path)
+            ).fetchone()
+        return bytes(row[1]) if row is not None and row[0] == deps else None
+
+    def derived_put(self, path: str, deps: str, data: bytes) -> None:
+        if len(data) > DERIVED_STORE_LIMIT:
+            return
+        with self.lock, self.db:
+            self.db.execute(
+                "INSERT OR REPLACE INTO derived VALUES (?,?,?,?)", (self.source_key, path, deps, data)
+            )
+
+
+def digest(*parts: object) -> str:
+    return hashlib.sha256(orjson.dumps([str(p) for p in parts])).hexdigest()[:32]

@@ -1,0 +1,145 @@
+"""The JSON shape shared by every format (LAYOUT.md §2): times, opaque bytes,
+names taken from data.  Formats build records with these helpers so that
+every view spells the same things the same way."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from fmtfs.formats.base import BadRecord
+
+_NS = 1_000_000_000
+_UNIT_DIGITS = {"ns": 9, "us": 6, "ms": 3, "s": 0}
+_UNIT_PER_SECOND = {"ns": _NS, "us": 1_000_000, "ms": 1000, "s": 1}
+
+
+def _seconds_text(seconds: int, _cache: dict[int, str] = {}) -> str:  # noqa: B006 - deliberate memo
+    text = _cache.get(seconds)
+    if text is None:
+        if len(_cache) > 4096:
+            _cache.clear()
+        text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+        _cache[seconds] = text
+    return text
+
+
+def format_time(value: int, unit: str = "ns") -> str:
+    """RFC 3339 UTC with the native precision: 9, 6, 3 or 0 fraction digits."""
+    per_second = _UNIT_PER_SECOND[unit]
+    seconds, fraction = divmod(value, per_second)
+    digits = _UNIT_DIGITS[unit]
+    if digits == 0:
+        return _seconds_text(seconds) + "Z"
+    return f"{_seconds_text(seconds)}.{fraction:0{digits}d}Z"
+
+
+def parse_time(value: Any, unit: str = "ns", field: str = "time") -> int:
+    """A time written into a view: an RFC 3339 string or an integer in the
+    native unit.  Returns the integer in the native unit."""
+    if isinstance(value, bool):
+        raise BadRecord(f"{field}: expected a time, got a boolean")
+    if isinstance(value, int):
+        return value
+    if not isinstance(value, str):
+        raise BadRecord(f"{field}: expected an RFC 3339 string or an integer")
+    text = value.strip()
+    head, dot, rest = text.partition(".")
+    fraction = ""
+    zone = ""
+    if dot:
+        digits_end = len(rest) - len(rest.lstrip("0123456789"))
+        fraction, zone = rest[:digits_end], rest[digits_end:]
+    try:
+        parsed = datetime.fromisoformat(head + zone) if dot else datetime.fromisoformat(text)
+    except ValueError:
+        raise BadRecord(f"{field}: {value!r} is not an RFC 3339 time") from None
+    if parsed.tzinfo is None:
+        raise BadRecord(f"{field}: {value!r} has no time zone (use Z)")
+    whole = int(parsed.astimezone(UTC).timestamp())
+    per_second = _UNIT_PER_SECOND[unit]
+    digits = _UNIT_DIGITS[unit]
+    if len(fraction) > 9:
+        raise BadRecord(f"{field}: {value!r} has more than 9 fraction digits")
+    frac_ns = int(fraction.ljust(9, "0")) if fraction else 0
+    if frac_ns % (10 ** (9 - digits)):
+        raise BadRecord(f"{field}: {value!r} is finer than the native unit ({unit})")
+    return whole * per_second + frac_ns // (10 ** (9 - digits))
+
+
+def put_data(record: dict[str, Any], payload: bytes, key: str = "data") -> dict[str, Any]:
+    """Store opaque bytes as `data` (valid UTF-8) or `data_base64` (otherwise)."""
+    try:
+        record[key] = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        record[key + "_base64"] = base64.b64encode(payload).decode("ascii")
+    return record
+
+
+def take_data(record: dict[str, Any], key: str = "data", required: bool = True) -> bytes | None:
+    """The bytes of a written record's `data` or `data_base64` key."""
+    text = record.get(key)
+    encoded = record.get(key + "_base64")
+    if text is not None and encoded is not None:
+        raise BadRecord(f"give either {key} or {key}_base64, not both")
+    if text is not None:
+        if not isinstance(text, str):
+            raise BadRecord(f"{key}: expected a string")
+        return text.encode("utf-8")
+    if encoded is not None:
+        if not isinstance(encoded, str):
+            raise BadRecord(f"{key}_base64: expected a string")
+        try:
+            return base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise BadRecord(f"{key}_base64: not valid base64") from None
+    if required:
+        raise BadRecord(f"missing {key} or {key}_base64")
+    return None
+
+
+def encode_name(name: str) -> str:
+    """A name from the data as one safe path component (LAYOUT.md §2)."""
+    out = name.replace("%", "%25").replace("/", "%2F").replace("\x00", "%00")
+    if out.startswith("."):
+        out = "%2E" + out[1:]
+    return out or "%"  # an empty name still needs a component; "%" alone cannot come from encoding
+
+
+def decode_name(component: str) -> str:
+    """Inverse of encode_name."""
+    if component == "%":
+        return ""
+    out = []
+    i = 0
+    while i < len(component):
+        if (
+            component[i] == "%"
+            and i + 2 < len(component) + 0
+            and component[i + 1 : i + 3] in ("25", "2F", "00", "2E")
+        ):
+            out.append({"25": "%", "2F": "/", "00": "\x00", "2E": "."}[component[i + 1 : i + 3]])
+            i += 3
+        else:
+            out.append(component[i])
+            i += 1
+    return "".join(out)
+
+
+def require(record: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
+    """A required field of a written record, of the given type."""
+    if key not in record:
+        raise BadRecord(f"missing field {key!r}")
+    value = record[key]
+    if (
+        isinstance(value, bool)
+        and kind is not bool
+        and bool not in (kind if isinstance(kind, tuple) else (kind,))
+    ):
+        raise BadRecord(f"{key}: expected {getattr(kind, '__name__', kind)}, got a boolean")
+    if not isinstance(value, kind):
+        raise BadRecord(f"{key}: expected {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
+    return value

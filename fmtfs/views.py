@@ -1,0 +1,364 @@
+"""A source as a tree of virtual files: paths, exact sizes, read(offset, size)
+and writes.  The FUSE adapter and the CLI both go through this module, so
+`fmtfs cat` and `cat` over a mount give the same bytes."""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from abc import ABC, abstractmethod
+from pathlib import Path
+from typing import Any
+
+from fmtfs import __version__, parquet
+from fmtfs.formats.base import BadRecord, Format, Problem, ReadOnlyView, Record, Writer
+from fmtfs.index import Index, StreamEntry, digest
+from fmtfs.render import parse_lines, render_document, render_lines
+
+log = logging.getLogger("fmtfs")
+
+META_INFO = "_fmtfs.json"
+META_ERRORS = "_errors.jsonl"
+PARQUET_DIR = "parquet"
+# A fresh stat re-checks the native files at most this often.
+REFRESH_INTERVAL = 0.05
+
+
+class ViewFile(ABC):
+    """One file of the tree."""
+
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def read(self, offset: int, size: int) -> bytes: ...
+
+    def records(self):  # -> Iterable[list[Record]]
+        """The record batches of a `.jsonl` view (for its Parquet twin)."""
+        raise NotImplementedError
+
+    def identity(self) -> str:
+        """Changes whenever the file's bytes may have changed."""
+        raise NotImplementedError
+
+
+class IndexedFile(ViewFile):
+    def __init__(self, index: Index, entry: StreamEntry, view: str) -> None:
+        self.index, self.entry, self.view = index, entry, view
+
+    def size(self) -> int:
+        pieces = self.entry.views.get(self.view)
+        return pieces.size if pieces else 0
+
+    def read(self, offset: int, size: int) -> bytes:
+        with self.index.lock:
+            return self.index.read(self.entry, self.view, offset, size)
+
+    def records(self):
+        return self.index.records(self.entry, self.view)
+
+    def identity(self) -> str:
+        return digest(self.entry.identity, self.view)
+
+
+class BytesFile(ViewFile):
+    """A file rendered whole on first use (derived views, meta files)."""
+
+    def __init__(self, render, identity: str) -> None:
+        self._render = render
+        self._identity = identity
+        self._data: bytes | None = None
+        self._records: list[Record] | None = None
+        self._lock = threading.Lock()
+
+    def data(self) -> bytes:
+        with self._lock:
+            if self._data is None:
+                produced = self._render()
+                if isinstance(produced, bytes):
+                    self._data = produced
+                else:
+                    self._records = produced
+                    self._data = render_lines(produced)
+            return self._data
+
+    def size(self) -> int:
+        return len(self.data())
+
+    def read(self, offset: int, size: int) -> bytes:
+        return self.data()[offset : offset + size]
+
+    def records(self):
+        self.data()
+        if self._records is None:  # restored from the persistent cache
+            self._records = parse_lines(self.data())
+        return [self._records]
+
+    def identity(self) -> str:
+        return self._identity
+
+
+class ParquetFile(ViewFile):
+    """The Parquet twin of a record view, built once per state of the view and
+    kept under the cache folder, so its size is exact and stable."""
+
+    def __init__(self, tree: SourceTree, source: ViewFile, view: str) -> None:
+        self.tree, self.source, self.view = tree, source, view
+        self._path: Path | None = None
+
+    def path(self) -> Path:
+        if self._path is None:
+            target = self.tree.parquet_dir / f"{digest(self.tree.source_key, self.source.identity())}.parquet"
+            if not target.exists():
+                schema = self.tree.format.parquet_schema(self.view)
+                parquet.write_parquet(self.source.records(), schema, target)
+            self._path = target
+        return self._path
+
+    def size(self) -> int:
+        return self.path().stat().st_size
+
+    def read(self, offset: int, size: int) -> bytes:
+        with open(self.path(), "rb") as f:
+            return os.pread(f.fileno(), size, offset)
+
+
+class ViewWriter:
+    """One open, writable view: carries partial lines between write() calls."""
+
+    def __init__(self, tree: SourceTree, path: str, writer: Writer) -> None:
+        self.tree, self.path, self.writer = tree, path, writer
+        self.buffer = b""
+        self.written = 0
+
+    def write(self, data: bytes) -> None:
+        """Encode the complete lines; raise BadRecord (-> EINVAL) writing nothing."""
+        if self.writer.mode == "replace":
+            self.buffer += data
+            return
+        pending = self.buffer + data
+        cut = pending.rfind(b"\n") + 1
+        if cut:
+            self._encode(pending[:cut])
+        self.buffer = pending[cut:]
+
+    def flush(self) -> None:
+        """close()/fsync(): encode what is left and sync the native files."""
+        if self.writer.mode == "replace":
+            if self.buffer.strip():
+                self._encode(self.buffer, whole=True)
+            self.buffer = b""
+        elif self.buffer.strip():
+            data, self.buffer = self.buffer, b""
+            self._encode(data)
+        self.writer.sync()
+
+    def _encode(self, data: bytes, whole: bool = False) -> None:
+        try:
+            records = parse_lines(data) if not whole else [_one_document(data)]
+            if records:
+                self.writer.write(records)
+        except (BadRecord, ValueError) as exc:
+            self.tree.record_write_error(self.path, self.written, str(exc))
+            raise BadRecord(str(exc)) from None
+        self.written += len(data)
+        self.tree.refresh(force=True)
+
+
+def _one_document(data: bytes) -> Record:
+    records = parse_lines(data.replace(b"\n", b" "))
+    if len(records) != 1:
+        raise ValueError("expected one JSON object")
+    return records[0]
+
+
+class SourceTree:
+    """The whole tree of one mounted source."""
+
+    def __init__(self, fmt: Format, cache_dir: Path, readonly: bool = False) -> None:
+        self.format = fmt
+        self.readonly = readonly
+        self.source_key = f"{fmt.name}:{fmt.source.resolve()}"
+        options_key = {k: v for k, v in fmt.options.items() if k != "key"}
+        if fmt.options.get("key"):
+            options_key["key"] = digest("fmtfs-key", fmt.options["key"].hex())[:8]
+        self.index = Index(cache_dir, self.source_key, f"{__version__}/{digest(options_key)}")
+        self.index_dir = cache_dir
+        self.parquet_dir = cache_dir / "parquet"
+        self.parquet_dir.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.RLock()
+        self.files: dict[str, ViewFile] = {}
+        self.dirs: dict[str, list[str]] = {"": []}
+        self.created: set[str] = set()  # new views opened for writing, not yet in the source
+        self.write_errors: list[Problem] = []
+        self.snapshot: tuple | None = None
+        self.entries: list[StreamEntry] = []
+        self.checked = 0.0
+        self.generation = 0  # bumps whenever the tree is rebuilt
+        self.refresh(force=True)
+
+    # -- change detection -------------------------------------------------
+
+    def _source_snapshot(self) -> tuple:
+        source = self.format.source
+        if source.is_dir():
+            folder, prefix = source, ""
+        else:
+            folder, prefix = source.parent, source.name
+        seen = []
+        with os.scandir(folder) as it:
+            for item in it:
+                if item.name.startswith(prefix) and item.is_file():
+                    st = item.stat()
+                    seen.append((item.name, st.st_size, st.st_mtime_ns, st.st_ino))
+        return tuple(sorted(seen))
+
+    def refresh(self, force: bool = False) -> set[str]:
+        """Re-read what changed in the source; returns the paths whose size or
+        content changed (for the FUSE layer to invalidate)."""
+        now = time.monotonic()
+        if not force and now - self.checked < REFRESH_INTERVAL:
+            return set()
+        with self.lock:
+            self.checked = now
+            snapshot = self._source_snapshot()
+            if snapshot == self.snapshot:
+                return set()
+            self.snapshot = snapshot
+            before = {p: f for p, f in self.files.items() if not isinstance(f, ParquetFile)}
+            old_sizes = {p: f.size() for p, f in before.items() if isinstance(f, IndexedFile)}
+            self._rebuild(digest(snapshot))
+            self.generation += 1
+            changed = {p for p in before if p not in self.files or not isinstance(before[p], IndexedFile)}
+            changed |= {p for p, s in old_sizes.items() if p in self.files and self.files[p].size() != s}
+            changed |= {p for p in self.files if p not in before}
+            return changed
+
+    @property
+    def mtime_ns(self) -> int:
+        """The newest modification time among the native files."""
+        return max((item[2] for item in self.snapshot or ()), default=0)
+
+    def _rebuild(self, deps: str) -> None:
+        files: dict[str, ViewFile] = {}
+        streams = self.format.streams()
+        entries: list[StreamEntry] = []
+        for stream in streams:
+            entry, _ = self.index.update(stream)
+            entries.append(entry)
+            for view in entry.views:
+                files[view] = IndexedFile(self.index, entry, view)
+        self.index.forget_missing({s.name for s in streams})
+        for path, render in self.format.derived_views().items():
+            files[path] = BytesFile(self._persisted(path, deps, render), digest(deps, path))
+        for path in [p for p in files if p.endswith(".jsonl")]:
+            mirror = f"{PARQUET_DIR}/{path[: -len('.jsonl')]}.parquet"
+            files[mirror] = ParquetFile(self, files[path], path)
+        self.entries = entries
+        self._add_meta_files(files, deps)
+        self.created -= set(files)
+        self.files = files
+        self._index_dirs()
+
+    def _persisted(self, path: str, deps: str, render):
+        """Wrap a derived view's renderer with the SQLite cache, so a second
+        mount of an unchanged source does not recompute it."""
+
+        def cached() -> bytes | list[Record]:
+            data = self.index.derived_get(path, deps)
+            if data is not None:
+                return data
+            produced = render()
+            data = produced if isinstance(produced, bytes) else render_lines(produced)
+            self.index.derived_put(path, deps, data)
+            return produced
+
+        return cached
+
+    def _index_dirs(self) -> None:
+        dirs: dict[str, set[str]] = {"": set()}
+        for path in list(self.files) + list(self.created):
+            parts = path.split("/")
+            for depth in range(len(parts)):
+                parent = "/".join(parts[:depth])
+                dirs.setdefault(parent, set()).add(parts[depth])
+        self.dirs = {d: sorted(children) for d, children in dirs.items()}
+
+    # -- meta files -------------------------------------------------------
+
+    def _add_meta_files(self, files: dict[str, ViewFile], deps: str) -> None:
+        stamp = digest(deps, len(self.write_errors))
+        files[META_ERRORS] = BytesFile(lambda: self._errors(self.entries), digest(stamp, META_ERRORS))
+        files[META_INFO] = BytesFile(lambda: self._info(self.entries), digest(stamp, META_INFO))
+
+    def _all_problems(self, entries: list[StreamEntry]) -> list[Problem]:
+        problems = [p for e in entries for p in e.problems]
+        return problems + self.format.problems() + self.write_errors
+
+    def _errors(self, entries: list[StreamEntry]) -> bytes:
+        return render_lines(
+            {"file": p.file, "offset": p.offset, "error": p.error} for p in self._all_problems(entries)
+        )
+
+    def _info(self, entries: list[StreamEntry]) -> bytes:
+        document: dict[str, Any] = {
+            "format": self.format.name,
+            "source": str(self.format.source.resolve()),
+            "streams": len(entries),
+            "records": sum(e.record_count for e in entries),
+            "errors": len(self._all_problems(entries)),
+            "details": self.format.info(),
+        }
+        return render_document(document)
+
+    def record_write_error(self, path: str, offset: int, error: str) -> None:
+        log.warning("refused write to %s: %s", path, error)
+        with self.lock:
+            self.write_errors.append(Problem(path, offset, f"write refused: {error}"))
+            files = dict(self.files)
+            self._add_meta_files(files, digest(self.snapshot))
+            self.files = files
+
+    # -- the tree ---------------------------------------------------------
+
+    def is_dir(self, path: str) -> bool:
+        return path in self.dirs
+
+    def exists(self, path: str) -> bool:
+        return path in self.dirs or path in self.files or path in self.created
+
+    def listdir(self, path: str) -> list[str]:
+        return self.dirs.get(path, [])
+
+    def file(self, path: str) -> ViewFile | None:
+        return self.files.get(path)
+
+    def size(self, path: str) -> int:
+        view = self.files.get(path)
+        return view.size() if view is not None else 0
+
+    def read(self, path: str, offset: int, size: int) -> bytes:
+        view = self.files.get(path)
+        if view is None:
+            if path in self.created:
+                return b""
+            raise FileNotFoundError(path)
+        return view.read(offset, size)
+
+    def writable(self, path: str) -> bool:
+        return not self.readonly and not path.startswith(("_", PARQUET_DIR + "/"))
+
+    def open_writer(self, path: str, create: bool) -> ViewWriter:
+        """Raises ReadOnlyView (-> EROFS/EACCES) or FileNotFoundError."""
+        if self.readonly:
+            raise ReadOnlyView(f"{path}: mounted read-only")
+        if path.startswith(("_", PARQUET_DIR + "/")):
+            raise ReadOnlyView(f"{path}: this view cannot be written")
+        writer = self.format.writer(path, create)
+        if create:
+            with self.lock:
+                self.created.add(path)
+                self._index_dirs()
+        return ViewWriter(self, path, writer)
