@@ -122,7 +122,8 @@ class ParquetFile(ViewFile):
 
     def read(self, offset: int, size: int) -> bytes:
         with open(self.path(), "rb") as f:
-            return os.pread(f.fileno(), size, offset)
+            available = os.fstat(f.fileno()).st_size - offset
+            return os.pread(f.fileno(), max(0, min(size, available)), offset)
 
 
 class ViewWriter:

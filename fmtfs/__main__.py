@@ -1,0 +1,5 @@
+import sys
+
+from fmtfs.cli import main
+
+sys.exit(main())

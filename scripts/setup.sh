@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Installs what fmtfs needs on a Debian machine (as root), only what is
+# missing: Debian packages, then a virtualenv in .venv with fmtfs and its
+# test tools.  Sourced by scripts/test.sh and scripts/demo.sh; idempotent.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${FMTFS_VENV:-$ROOT/.venv}"
+
+# fuse3: fusermount3 and the kernel interface; libfuse3-dev + pkg-config: pyfuse3 builds against them;
+# java: Spark; dbus + gvfs-daemons + libglib2.0-bin (gio): the real gvfs daemon as the gvfs oracle.
+DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs-daemons libglib2.0-bin)
+
+missing=()
+for package in "${DEBIAN_PACKAGES[@]}"; do
+    if ! dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed"; then
+        missing+=("$package")
+    fi
+done
+# a JDK 17 already on PATH serves Spark as well as Debian's
+if command -v java >/dev/null && java -version 2>&1 | grep -q '"17\.'; then
+    missing=("${missing[@]/openjdk-17-jre-headless}")
+fi
+missing=(${missing[@]+"${missing[@]}"})
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "setup: installing Debian packages: ${missing[*]}"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+[ -e /dev/fuse ] || { echo "setup: /dev/fuse is missing (in Docker: --device /dev/fuse --cap-add SYS_ADMIN)" >&2; exit 1; }
+
+if [ ! -x "$VENV/bin/python" ]; then
+    echo "setup: creating $VENV"
+    python3 -m venv "$VENV"
+fi
+# reinstall only when the declared dependencies changed
+stamp="$VENV/.fmtfs-deps"
+want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    echo "setup: installing fmtfs and its dependencies into $VENV"
+    "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+    "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    "$VENV/bin/python" -c "import fmtfs, pyfuse3, pyspark" || { echo "setup: install failed" >&2; exit 1; }
+    echo "$want" > "$stamp"
+fi
+export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,140 @@
+"""The view layer without FUSE: exact sizes, random reads, the persistent
+index, growth, meta files.  Wallaby is the format under test."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import orjson
+import pyarrow.parquet as pq
+import pytest
+
+from fmtfs.formats import open_source
+from fmtfs.formats.wallaby import WallabyLog, WallabyWriter, create_pair
+from fmtfs.samples.wallaby import START_NS, generate
+from fmtfs.views import SourceTree
+
+
+def tree_of(source: Path, cache: Path, **options) -> SourceTree:
+    return SourceTree(open_source(source, None, {"time_bucket": "hour", **options}), cache)
+
+
+def whole(tree: SourceTree, path: str) -> bytes:
+    return tree.read(path, 0, 1 << 40)
+
+
+@pytest.fixture(scope="module")
+def sample(tmp_path_factory) -> Path:
+    return generate(tmp_path_factory.mktemp("src"), 12_000)
+
+
+def test_sizes_are_exact_and_random_reads_match(sample: Path, tmp_path: Path) -> None:
+    tree = tree_of(sample, tmp_path)
+    rng = random.Random(7)
+    jsonl = [p for p in tree.files if p.endswith(".jsonl") and not p.startswith("_")]
+    assert "events.log/records.jsonl" in jsonl and len(jsonl) > 3
+    for path in jsonl:
+        data = whole(tree, path)
+        assert tree.size(path) == len(data)
+        for _ in range(20):
+            offset, size = rng.randrange(len(data) + 10), rng.choice([1, 100, 4096, 1 << 17])
+            assert tree.read(path, offset, size) == data[offset : offset + size]
+    records = [orjson.loads(line) for line in whole(tree, "events.log/records.jsonl").splitlines()]
+    assert [r["index"] for r in records] == list(range(12_000))
+    # every record is in exactly one bucket, in log order
+    in_buckets = [
+        orjson.loads(line)
+        for path in sorted(jsonl)
+        if "/buckets/" in path
+        for line in whole(tree, path).splitlines()
+    ]
+    assert sorted(in_buckets, key=lambda r: r["index"]) == records
+
+
+def test_second_tree_decodes_nothing(sample: Path, tmp_path: Path, monkeypatch) -> None:
+    first = tree_of(sample, tmp_path)
+    sizes = {p: first.size(p) for p in first.files if not p.startswith(("parquet", "_"))}
+
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the persistent index should have answered")
+
+    monkeypatch.setattr(WallabyLog, "scan", forbidden)
+    monkeypatch.setattr(WallabyLog, "decode", forbidden)
+    second = tree_of(sample, tmp_path)
+    assert {p: second.size(p) for p in sizes} == sizes
+
+
+def test_options_are_part_of_the_index_key(sample: Path, tmp_path: Path) -> None:
+    hours = tree_of(sample, tmp_path)
+    days = tree_of(sample, tmp_path, time_bucket="day")
+    minutes = tree_of(sample, tmp_path, time_bucket="minute")
+    assert "events.log/buckets/2015-05-17T22.jsonl" in hours.files
+    assert "events.log/buckets/2015-05-17.jsonl" in days.files
+    assert "events.log/buckets/2015-05-17T22:00.jsonl" in minutes.files
+
+
+def test_growth_is_indexed_from_where_it_was(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "src").mkdir()
+    source = generate(tmp_path / "src", 9_000)
+    tree = tree_of(source, tmp_path / "cache")
+    before = whole(tree, "events.log/records.jsonl")
+    starts: list = []
+    original = WallabyLog.scan
+
+    def spy(self, start, state):
+        starts.append(start)
+        return original(self, start, state)
+
+    monkeypatch.setattr(WallabyLog, "scan", spy)
+    WallabyWriter(source / "events.log").write([{"time": START_NS, "data": f"new {i}"} for i in range(5)])
+    changed = tree.refresh(force=True)
+    assert "events.log/records.jsonl" in changed
+    assert starts and starts[0] is not None and starts[0] > 16  # resumed, not rescanned
+    after = whole(tree, "events.log/records.jsonl")
+    assert after.startswith(before) and after.count(b"\n") == 9_005
+    # identical to what a fresh index of the grown file shows
+    assert after == whole(tree_of(source, tmp_path / "fresh"), "events.log/records.jsonl")
+
+
+def test_meta_files_and_torn_tail(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    create_pair(source / "a")
+    WallabyWriter(source / "a").write([{"time": START_NS, "data": "x"}] * 3)
+    with open(source / "a", "ab") as f:
+        f.write(
+            b"\x09\x00\x00\x00\x00\x00\x00\x00\x01\x02\x03\x04\x05\x06\x07\x08abc"
+        )  # torn: 9 bytes announced
+    tree = tree_of(source, tmp_path / "cache")
+    info = orjson.loads(whole(tree, "_fmtfs.json"))
+    assert info["format"] == "wallaby" and info["streams"] == 1
+    assert info["records"] == 3 and info["errors"] == 1
+    assert info["details"]["logs"]["a"]["header_size"] == 16
+    errors = [orjson.loads(line) for line in whole(tree, "_errors.jsonl").splitlines()]
+    assert errors == [{"file": "a", "offset": 16 + 3 * 17, "error": errors[0]["error"]}]
+    assert "torn" in errors[0]["error"]
+    assert whole(tree, "a/records.jsonl").count(b"\n") == 3
+
+
+def test_parquet_twin_holds_the_same_records(sample: Path, tmp_path: Path) -> None:
+    tree = tree_of(sample, tmp_path)
+    data = whole(tree, "parquet/events.log/records.parquet")
+    assert tree.size("parquet/events.log/records.parquet") == len(data)
+    (tmp_path / "x.parquet").write_bytes(data)
+    table = pq.read_table(tmp_path / "x.parquet")
+    assert table.num_rows == 12_000
+    assert table.column("index").to_pylist() == list(range(12_000))
+
+
+def test_writes_are_refused_on_read_only_views(sample: Path, tmp_path: Path) -> None:
+    from fmtfs.formats.base import ReadOnlyView
+
+    tree = tree_of(sample, tmp_path)
+    for path in (
+        "_fmtfs.json",
+        "parquet/events.log/records.parquet",
+        "events.log/buckets/2015-05-17T22.jsonl",
+    ):
+        with pytest.raises(ReadOnlyView):
+            tree.open_writer(path, create=False)
