@@ -19,7 +19,7 @@ from pathlib import Path
 import orjson
 
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, State, Stream
-from fmtfs.render import render_lines
+from fmtfs.render import render_views
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
@@ -275,8 +275,7 @@ class Index:
             count = len(next(iter(item.records.values()))) if item.records else 0
             entry.chunks.append(ChunkMeta(item.start, item.end, item.state, count))
             chunk_rows.append((entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), count))
-            for view, records in item.records.items():
-                data = render_lines(records)
+            for view, data in render_views(item.records).items():
                 entry.views.setdefault(view, ViewPieces()).add(seq, len(data))
                 if data:
                     piece_rows.append((entry.row_id, view, seq, len(data)))
@@ -323,8 +322,7 @@ class Index:
         meta = entry.chunks[seq]
         records = entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {}))
         # keep every view of the decoded chunk: buckets are read right after records
-        for other, recs in records.items():
-            rendered = render_lines(recs)
+        for other, rendered in render_views(records).items():
             self.rendered.put((entry.stream.name, seq, other), rendered)
             if other == view:
                 data = rendered

@@ -21,6 +21,27 @@ def render_lines(records: Iterable[Record]) -> bytes:
     return b"\n".join(dumped)
 
 
+def render_views(records_by_view: dict[str, list[Record]]) -> dict[str, bytes]:
+    """Render every view of a decoded chunk.  A record shared by several
+    views (a wallaby record is in records.jsonl and in its bucket) is dumped
+    once."""
+    dumps = orjson.dumps
+    done: dict[int, bytes] = {}
+    out = {}
+    for view, records in records_by_view.items():
+        lines = []
+        for record in records:
+            key = id(record)
+            line = done.get(key)
+            if line is None:
+                line = done[key] = dumps(record)
+            lines.append(line)
+        if lines:
+            lines.append(b"")
+        out[view] = b"\n".join(lines)
+    return out
+
+
 def render_document(document: object) -> bytes:
     """A single JSON document (`_fmtfs.json`, a kestrel reader) plus newline."""
     return orjson.dumps(document) + b"\n"

@@ -261,44 +261,74 @@ class WallabyWriter(Writer):
         self.log = log
         self.idx = index_path(log)
 
-    def _prepare(self) -> tuple[int, int, int, int]:
+    def _prepare(self) -> tuple[int, int, int]:
         """Bring the index in line with the log and cut a zero tail.
-        Returns (log end, next seq, header flags, index end)."""
+        Returns (log end, next seq, header flags)."""
         with open(self.log, "rb") as f:
-            data = f.read()
-        if data[:4] != LOG_MAGIC:
-            raise BadRecord(f"{self.log.name}: not a wallaby log")
-        header = log_header_size(self.log, data)
-        flags = struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else 0
-        offsets: list[tuple[int, int]] = []  # (offset, time) of every record
-        offset = header
-        while offset + RECORD.size <= len(data):
-            size, _, stamp = RECORD.unpack_from(data, offset)
-            if stamp == 0 or offset + RECORD.size + size > len(data):
-                break
-            offsets.append((offset, stamp))
-            offset += RECORD.size + size
-        if any(data[offset:]):
-            raise BadRecord(
-                f"{self.log.name} ends in a torn record at offset {offset}; refusing to append after it"
-            )
-        if offset < len(data):
+            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+        try:
+            if data[:4] != LOG_MAGIC:
+                raise BadRecord(f"{self.log.name}: not a wallaby log")
+            header = log_header_size(self.log, data)
+            flags = struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else 0
+            if not self.idx.exists():
+                self.idx.write_bytes(encode_header(IDX_MAGIC, flags))
+            idx = self.idx.read_bytes()
+            valid = self._trusted_index_records(data, idx)
+            if valid:
+                stamp, _, at = INDEX_RECORD.unpack_from(idx, 16 + (valid - 1) * INDEX_RECORD.size)
+                offset = at + RECORD.size + RECORD.unpack_from(data, at)[0]
+            else:
+                offset = header
+            # scan only what the index does not cover yet (spec §6.3)
+            missing = []
+            seq = valid
+            while offset + RECORD.size <= len(data):
+                size, _, stamp = RECORD.unpack_from(data, offset)
+                if stamp == 0 or offset + RECORD.size + size > len(data):
+                    break
+                missing.append(encode_index_record(stamp, seq, offset))
+                seq += 1
+                offset += RECORD.size + size
+            if any(data[offset:]):
+                raise BadRecord(
+                    f"{self.log.name} ends in a torn record at offset {offset}; refusing to append after it"
+                )
+            log_size = len(data)
+        finally:
+            if isinstance(data, mmap.mmap):
+                data.close()
+        if offset < log_size:
             os.truncate(self.log, offset)  # zero tail of a preallocated log
-        if not self.idx.exists():
-            self.idx.write_bytes(encode_header(IDX_MAGIC, flags))
-        idx = self.idx.read_bytes()
-        valid = 0
-        for i in range(min(len(offsets), (len(idx) - 16) // INDEX_RECORD.size)):
-            stamp, seq, at = INDEX_RECORD.unpack_from(idx, 16 + i * INDEX_RECORD.size)
-            if (at, stamp) != offsets[i] or seq != i:
-                break
-            valid += 1
-        missing = b"".join(encode_index_record(t, i, o) for i, (o, t) in enumerate(offsets[valid:], valid))
         with open(self.idx, "r+b") as f:
             f.truncate(16 + valid * INDEX_RECORD.size)
             f.seek(0, os.SEEK_END)
-            f.write(missing)
-        return offset, len(offsets), flags, 16 + len(offsets) * INDEX_RECORD.size
+            f.write(b"".join(missing))
+        return offset, seq, flags
+
+    @staticmethod
+    def _trusted_index_records(log: bytes | mmap.mmap, idx: bytes) -> int:
+        """How many leading index records agree with the log.  Records are
+        dense and written in order, so checking the last complete one (and
+        bisecting back when it disagrees) avoids walking the whole log."""
+
+        def agrees(i: int) -> bool:
+            stamp, seq, at = INDEX_RECORD.unpack_from(idx, 16 + i * INDEX_RECORD.size)
+            if seq != i or at < 8 or at + RECORD.size > len(log):
+                return False
+            size, _, logged = RECORD.unpack_from(log, at)
+            return logged == stamp and at + RECORD.size + size <= len(log)
+
+        low, high = 0, max(0, (len(idx) - 16) // INDEX_RECORD.size)
+        if high and agrees(high - 1):
+            return high
+        while low < high:  # the first record that disagrees
+            middle = (low + high) // 2
+            if agrees(middle):
+                low = middle + 1
+            else:
+                high = middle
+        return low
 
     def write(self, records: list[Record]) -> None:
         encoded = []
@@ -320,7 +350,7 @@ class WallabyWriter(Writer):
                     raise BadRecord(f"payload of {len(payload)} bytes exceeds wallaby's {MAX_PAYLOAD}")
             except BadRecord as exc:
                 raise BadRecord(f"record {number}: {exc}") from None
-        log_end, seq, header_flags, _ = self._prepare()
+        log_end, seq, header_flags = self._prepare()
         log_bytes, idx_bytes = [], []
         offset = log_end
         for i, (payload, stamp, flags, given) in enumerate(encoded):
