@@ -169,7 +169,13 @@ class FmtfsOperations(pyfuse3.Operations):
         # resume where the kernel's buffer filled: offset = index + 1
         for position in range(start_id, len(names)):
             child = f"{path}/{names[position]}" if path else names[position]
-            attributes = await self._attributes_async(child)
+            try:
+                attributes = await self._attributes_async(child)
+            except Exception:
+                # one view that cannot be rendered must not hide its siblings;
+                # a lookup of it reports the error itself
+                log.exception("listing %s", child)
+                continue
             if not pyfuse3.readdir_reply(token, os.fsencode(names[position]), attributes, position + 1):
                 return
 

@@ -16,7 +16,9 @@ from pathlib import Path
 SHARED = Path(__file__).resolve().parents[2] / "shared"
 
 
-def fmtfs(*args: str | os.PathLike, check: bool = True, env: dict | None = None) -> subprocess.CompletedProcess:
+def fmtfs(
+    *args: str | os.PathLike, check: bool = True, env: dict | None = None
+) -> subprocess.CompletedProcess:
     """Run the fmtfs command line in a subprocess (bytes out)."""
     return subprocess.run(
         [sys.executable, "-m", "fmtfs", *map(str, args)],
@@ -28,7 +30,9 @@ def fmtfs(*args: str | os.PathLike, check: bool = True, env: dict | None = None)
 
 
 @contextmanager
-def mounted(source: Path, *options: str, cache_dir: Path | None = None, env: dict | None = None) -> Iterator[Path]:
+def mounted(
+    source: Path, *options: str, cache_dir: Path | None = None, env: dict | None = None
+) -> Iterator[Path]:
     """Mount `source` and yield the mount point; always unmounts."""
     with tempfile.TemporaryDirectory(prefix="fmtfs-mnt-") as scratch:
         mountpoint = Path(scratch) / "mnt"
