@@ -198,3 +198,15 @@ def test_round_trip(tmp_path_factory, items) -> None:
         assert record["index"] == i and record["flags"] == flags
         assert parse_time(record["time"]) == stamp
         assert take_data(record) == payload
+
+
+def test_generation_a_geometry_is_reported_not_decoded(tmp_path: Path) -> None:
+    log = tmp_path / "LOG"
+    records = b"".join(struct.pack("<IIqQ", 30, 0, T + i, i) + bytes(range(30)) for i in range(3))
+    log.write_bytes(b"LOG\x01\x00\x00\x00\x00" + records)
+    index_path(log).write_bytes(
+        b"IDX\x01\x00\x00\x00\x00" + b"".join(struct.pack("<qQqq", T + i, i, 8, 0) for i in range(3))
+    )
+    found, problems = scan_all(log)
+    assert found == []
+    assert len(problems) == 1 and "generation A" in problems[0].error

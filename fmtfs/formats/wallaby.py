@@ -55,7 +55,7 @@ def chain_ends_cleanly(data: bytes | mmap.mmap, header: int) -> bool:
     while offset + RECORD.size <= end:
         size, _, stamp = RECORD.unpack_from(data, offset)
         if stamp == 0:
-            return True
+            return not any(data[offset:end])
         if size > MAX_PAYLOAD or offset + RECORD.size + size > end:
             return False
         offset += RECORD.size + size
@@ -76,6 +76,15 @@ def log_header_size(log: Path, data: bytes | mmap.mmap) -> int:
     if chain_ends_cleanly(data, 8):
         return 8
     return 16
+
+
+def looks_like_generation_a(log: Path, data: bytes | mmap.mmap) -> bool:
+    """April-2015 files (8-byte headers, 24-byte log and 32-byte index
+    records) share the version byte; no build wrote them well-formed, so
+    they are reported, not decoded (spec §8)."""
+    idx_size = index_path(log).stat().st_size if index_path(log).exists() else 0
+    geometry_a = idx_size > 8 and (idx_size - 8) % 32 == 0 and (idx_size - 16) % 24 != 0
+    return geometry_a and not chain_ends_cleanly(data, 16) and not chain_ends_cleanly(data, 8)
 
 
 class Bucketer:
@@ -119,6 +128,11 @@ class WallabyLog(Stream):
                 if start is None:
                     if data[:4] != LOG_MAGIC:
                         yield Problem(self.path.name, 0, "not a wallaby log (bad LOG signature or version)")
+                        return
+                    if looks_like_generation_a(self.path, data):
+                        yield Problem(
+                            self.path.name, 0, "generation A wallaby layout (April 2015) is not supported"
+                        )
                         return
                     start, state = log_header_size(self.path, data), {"seq": 0}
                 yield from self._chunks(data, start, state["seq"])
