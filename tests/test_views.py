@@ -138,3 +138,18 @@ def test_writes_are_refused_on_read_only_views(sample: Path, tmp_path: Path) -> 
     ):
         with pytest.raises(ReadOnlyView):
             tree.open_writer(path, create=False)
+
+
+def test_missing_or_lagging_index_does_not_hide_records(sample: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from fmtfs.formats.wallaby import index_path
+
+    expected = whole(tree_of(sample, tmp_path / "a"), "events.log/records.jsonl")
+    copy = tmp_path / "copy"
+    shutil.copytree(sample, copy)
+    idx = index_path(copy / "events.log")
+    idx.write_bytes(idx.read_bytes()[: 16 + 24 * 100 + 7])  # lagging and partial
+    assert whole(tree_of(copy, tmp_path / "b"), "events.log/records.jsonl") == expected
+    idx.unlink()
+    assert whole(tree_of(copy, tmp_path / "c"), "events.log/records.jsonl") == expected
