@@ -22,7 +22,8 @@ def _day_text(day: int, _cache: dict[int, str] = {}) -> str:  # noqa: B006 - del
     if text is None:
         if len(_cache) > 65536:
             _cache.clear()
-        text = _cache[day] = time.strftime("%Y-%m-%dT", time.gmtime(day * 86400))
+        tm = time.gmtime(day * 86400)  # strftime's %Y does not zero-pad years below 1000
+        text = _cache[day] = f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T"
     return text
 
 

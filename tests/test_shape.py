@@ -15,9 +15,15 @@ from fmtfs.shape import decode_name, encode_name, format_time, parse_time, put_d
 @given(st.integers(-(10**18), 4 * 10**18))
 def test_format_time_agrees_with_strftime_and_parses_back(value: int) -> None:
     seconds, fraction = divmod(value, 10**9)
-    expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{fraction:09d}Z"
+    expected = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)).zfill(19) + f".{fraction:09d}Z"
     assert format_time(value) == expected
     assert parse_time(expected) == value
+
+
+def test_years_below_1000_are_zero_padded() -> None:
+    value = -62135596800 * 10**9  # 0001-01-01T00:00:00Z
+    assert format_time(value) == "0001-01-01T00:00:00.000000000Z"
+    assert parse_time(format_time(value)) == value
 
 
 def test_native_precisions() -> None:

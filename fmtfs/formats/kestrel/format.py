@@ -1,0 +1,216 @@
+"""KestrelFormat: a kestrel queue folder as views (LAYOUT.md §3, §4).
+
+Decisions where LAYOUT.md leaves room:
+- `<queue>/readers/<reader>.json` is one JSON object and a newline,
+  `{"reader": NAME, "head": H, "done": [ids ascending]}`, NAME being the
+  native reader name ("" for the default reader, whose file is `_default`).
+  head and done are the file's own values (last READ_HEAD, union of the
+  READ_DONE sets), not kestrel's load-time clamps.  A reader file that does
+  not parse gets no views and is listed by problems(); writing its
+  `readers/` path replaces it.  A named reader literally called `_default`
+  would share the default reader's path: the default reader wins writes.
+- Writing `readers/<reader>.json`: keys reader (optional, must match the
+  path), head (required), done (optional, ids above head); anything else is
+  EINVAL.  The file is replaced as kestrel's checkpoint does it.
+- Only the newest writer file's `journal/<n>.jsonl` opens for appending;
+  older ones are history (EACCES).  An open handle follows the queue, so
+  lines written after a rotation go to the new newest file.
+- PUT lines accept exactly id, add_time, expire_time, error_count and data
+  or data_base64 (what the view shows, so a line can be copied back).
+- A time outside years 1-9999 shows as the raw integer (ms or s).
+- Legacy `items.jsonl` lines are {"add_time", "expire_time", "data"} with
+  add_time absent for ADD items (kestrel stamps them at replay time) and
+  expiry not applied (it depends on the clock of the replay).
+- Unknown records in writer and reader files are skipped by their declared
+  size and listed in `_errors.jsonl`, as kestrel logs them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from fmtfs.formats.base import DerivedRender, Format, Problem, ReadOnlyView, Record, Stream, Writer
+from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, read_head, scan_folder
+from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
+from fmtfs.formats.kestrel.records import READER_MAGIC, WRITER_MAGIC, Corrupt
+from fmtfs.formats.kestrel.shapes import (
+    DEFAULT_READER,
+    item_record,
+    items_view,
+    pending_view,
+    put_record,
+    reader_view,
+)
+from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
+from fmtfs.formats.kestrel.writers import DEFAULT_JOURNAL_SIZE, PutWriter, ReaderWriter
+from fmtfs.shape import decode_name, encode_name
+
+
+class KestrelFormat(Format):
+    name = "kestrel"
+
+    @classmethod
+    def detect(cls, source: Path) -> bool:
+        if not source.is_dir():
+            return False
+        try:
+            entries = sorted(os.scandir(source), key=lambda e: e.name)
+        except OSError:
+            return False
+        for entry in entries:
+            name = entry.name
+            if "~" in name or name.startswith(".") or not entry.is_file():
+                continue
+            parts = name.split(".")
+            head = read_head(Path(entry.path), 4)
+            if len(parts) >= 3 and parts[1] == "read" and head == READER_MAGIC:
+                return True
+            if len(parts) == 2 and parts[1].isdigit() and head == WRITER_MAGIC:
+                return True
+        # Only then the magic-less older journals, checked more carefully.
+        for entry in entries:
+            name = entry.name
+            if "~" in name or name.startswith(".") or not entry.is_file():
+                continue
+            parts = name.split(".")
+            legacy_name = len(parts) == 1 or (parts[1].isdigit() and parts[2:] in ([], ["pack"]))
+            if legacy_name and entry.stat().st_size > 0:
+                if looks_like_legacy(Path(entry.path), read_head(Path(entry.path), 1)):
+                    return True
+        return False
+
+    # -- reading -------------------------------------------------------------
+
+    def _queues(self) -> dict[str, Queue]:
+        return scan_folder(self.source)
+
+    def streams(self) -> list[Stream]:
+        out: list[Stream] = []
+        for _, queue in sorted(self._queues().items()):
+            out.extend(WriterStream(w) for w in queue.writers)
+            out.extend(LegacyStream(f) for f in queue.legacy)
+        return out
+
+    def native_files(self) -> list[Path]:
+        paths: list[Path] = []
+        for queue in self._queues().values():
+            paths.extend(w.path for w in queue.writers)
+            paths.extend(r.path for r in queue.readers)
+            paths.extend(f.path for f in queue.legacy)
+        return paths
+
+    def _reader_states(self, queue: Queue) -> tuple[dict[str, ReaderState], list[Problem]]:
+        states: dict[str, ReaderState] = {}
+        problems: list[Problem] = []
+        for rf in queue.readers:
+            try:
+                state = read_reader_file(rf.path)
+            except Corrupt as exc:
+                problems.append(Problem(rf.path.name, exc.offset, f"reader file skipped: {exc.message}"))
+                continue
+            except OSError as exc:
+                problems.append(Problem(rf.path.name, 0, f"reader file skipped: {exc.strerror}"))
+                continue
+            states[rf.reader] = state
+            problems.extend(Problem(rf.path.name, off, text) for off, text in state.notes)
+        return states, problems
+
+    def problems(self) -> list[Problem]:
+        out: list[Problem] = []
+        for _, queue in sorted(self._queues().items()):
+            out.extend(self._reader_states(queue)[1])
+        return out
+
+    def derived_views(self) -> dict[str, DerivedRender]:
+        views: dict[str, DerivedRender] = {}
+        for _, queue in sorted(self._queues().items()):
+            states, _ = self._reader_states(queue)
+            for reader, state in sorted(states.items()):
+                if reader_view(queue.name, reader) in views:
+                    continue  # a reader named "_default": the default reader keeps the path
+                body = orjson.dumps(state.as_json(reader)) + b"\n"
+                views[reader_view(queue.name, reader)] = lambda body=body: body
+                views[pending_view(queue.name, reader)] = lambda queue=queue, state=state: pending_records(
+                    queue, state.head, state.done
+                )
+            if queue.legacy:
+                views[items_view(queue.name)] = lambda queue=queue: [
+                    item_record(item) for item in replay_files(queue.replay)
+                ]
+        return views
+
+    def info(self) -> dict[str, Any]:
+        queues: dict[str, Any] = {}
+        for name, queue in sorted(self._queues().items()):
+            entry: dict[str, Any] = {}
+            if queue.writers:
+                entry["writer_files"] = [
+                    {"file": w.path.name, "first_id": w.first_id, "size": _size(w.path)}
+                    for w in queue.writers
+                ]
+            if queue.readers:
+                entry["readers"] = [r.reader or DEFAULT_READER for r in queue.readers]
+            if queue.legacy:
+                entry["legacy_files"] = [f.path.name for f in queue.legacy]
+                entry["replay_order"] = [f.path.name for f in queue.replay]
+            queues[name] = entry
+        return {"journal_size": self._journal_size(), "queues": queues}
+
+    def _journal_size(self) -> int:
+        return int(self.options.get("kestrel_journal_size") or DEFAULT_JOURNAL_SIZE)
+
+    # -- writing -------------------------------------------------------------
+
+    def writer(self, view_path: str, create: bool) -> Writer:
+        parts = view_path.strip("/").split("/")
+        queues = {encode_name(name): queue for name, queue in self._queues().items()}
+        queue = queues.get(parts[0]) if parts else None
+        if len(parts) == 2 and parts[1] == "items.jsonl" and queue and queue.legacy:
+            raise ReadOnlyView(view_path)
+        if queue is None or len(parts) != 3:
+            raise FileNotFoundError(view_path)
+        kind, leaf = parts[1], parts[2]
+        if kind == "journal" and leaf.endswith(".jsonl"):
+            stem = leaf[: -len(".jsonl")]
+            numbers = [w.number for w in queue.writers]
+            if stem.isdigit() and int(stem) in numbers and str(int(stem)) == stem:
+                if int(stem) != queue.writers[-1].number:
+                    # Lines go to the newest file only; an older file's view is history.
+                    raise ReadOnlyView(f"{view_path}: not the newest writer file of the queue")
+                return PutWriter(self.source, queue.name, self._journal_size())
+            if any(encode_name(f.path.name) == stem for f in queue.legacy):
+                raise ReadOnlyView(f"{view_path}: kestrel 2.x journals are read-only")
+            raise FileNotFoundError(view_path)
+        if kind == "readers" and leaf.endswith(".json"):
+            stem = leaf[: -len(".json")]
+            reader = "" if stem == DEFAULT_READER else decode_name(stem)
+            if encode_name(reader) != stem and stem != DEFAULT_READER:
+                raise FileNotFoundError(view_path)
+            if reader and ("/" in reader or "\x00" in reader or "~" in reader):
+                raise FileNotFoundError(f"{view_path}: kestrel cannot name a reader so")
+            return ReaderWriter(self.source, queue.name, reader)
+        if kind == "pending" and leaf.endswith(".jsonl"):
+            raise ReadOnlyView(view_path)
+        raise FileNotFoundError(view_path)
+
+
+def pending_records(queue: Queue, head: int, done: set[int]) -> list[Record]:
+    """Items a reader has not consumed: PUT ids above head not in done, across
+    every writer file, in id order."""
+    keep = (lambda i: i > head and i not in done) if done else (lambda i: i > head)
+    found = []
+    for wf in queue.writers:
+        found.extend(iter_puts(wf, keep))
+    found.sort(key=lambda pair: pair[0].id)  # stable: repeated ids keep file order
+    return [put_record(p.id, p.add_time, p.expire_time, p.error_count, data) for p, data in found]
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None

@@ -1,0 +1,101 @@
+"""The JSON shape of kestrel records (LAYOUT.md §3) and the view paths."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fmtfs.formats.kestrel import legacy
+from fmtfs.shape import encode_name, format_time, put_data
+
+DEFAULT_READER = "_default"
+
+# RFC 3339 has four-digit years: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z.
+_FIRST_SECOND = -62_135_596_800
+_LAST_SECOND = 253_402_300_799
+_PER_SECOND = {"ms": 1000, "s": 1}
+
+
+def safe_time(value: int, unit: str) -> str | int:
+    """RFC 3339 text, or the raw integer for a time no calendar can show
+    (a damaged or sentinel value must not stop a scan)."""
+    per_second = _PER_SECOND[unit]
+    if not _FIRST_SECOND * per_second <= value < (_LAST_SECOND + 1) * per_second:
+        return value
+    try:
+        return format_time(value, unit)
+    except (OverflowError, OSError, ValueError):
+        return value
+
+
+def ms_text(value: int, _seconds: dict[int, str | None] = {}) -> str | int:  # noqa: B006 - deliberate memo
+    """safe_time(value, "ms"), memoising the calendar part per second (the
+    hot path of a writer-file scan: items arrive many per second)."""
+    seconds, millis = divmod(value, 1000)
+    text = _seconds.get(seconds, "")
+    if text == "":
+        if len(_seconds) > 4096:
+            _seconds.clear()
+        whole = safe_time(seconds * 1000, "ms")
+        text = _seconds[seconds] = whole[:-5] if isinstance(whole, str) else None
+    if text is None:
+        return value
+    return f"{text}.{millis:03d}Z"
+
+
+def put_record(
+    ident: int, add_time: int, expire_time: int | None, error_count: int, data: bytes
+) -> dict[str, Any]:
+    record: dict[str, Any] = {"id": ident, "add_time": ms_text(add_time)}
+    if expire_time is not None:
+        record["expire_time"] = ms_text(expire_time)
+    record["error_count"] = error_count
+    return put_data(record, data)
+
+
+def op_record(op: legacy.Op) -> dict[str, Any]:
+    """One line of a legacy journal view: {"op": NAME, ...fields}."""
+    record: dict[str, Any] = {"op": legacy.OP_NAMES[op.code]}
+    if op.xid is not None:
+        record["xid"] = op.xid
+    if op.data is None:
+        return record
+    if op.add_time is not None:
+        record["add_time"] = safe_time(op.add_time, "ms")
+    if op.expire_time is not None:
+        # ADD keeps its native unit (whole seconds); the rest are ms.
+        record["expire_time"] = safe_time(op.expire_time, "s" if op.code == legacy.ADD else "ms")
+    return put_data(record, op.data)
+
+
+def item_record(item: legacy.Item) -> dict[str, Any]:
+    """One line of `<queue>/items.jsonl`; ADD items carry no add_time."""
+    record: dict[str, Any] = {}
+    if item.add_time is not None:
+        record["add_time"] = safe_time(item.add_time, "ms")
+    if item.expire_time is not None:
+        record["expire_time"] = safe_time(item.expire_time, "ms")
+    return put_data(record, item.data)
+
+
+def reader_component(reader: str) -> str:
+    return encode_name(reader) if reader else DEFAULT_READER
+
+
+def journal_view(queue: str, number: int) -> str:
+    return f"{encode_name(queue)}/journal/{number}.jsonl"
+
+
+def legacy_view(queue: str, file_name: str) -> str:
+    return f"{encode_name(queue)}/journal/{encode_name(file_name)}.jsonl"
+
+
+def reader_view(queue: str, reader: str) -> str:
+    return f"{encode_name(queue)}/readers/{reader_component(reader)}.json"
+
+
+def pending_view(queue: str, reader: str) -> str:
+    return f"{encode_name(queue)}/pending/{reader_component(reader)}.jsonl"
+
+
+def items_view(queue: str) -> str:
+    return f"{encode_name(queue)}/items.jsonl"

@@ -1,0 +1,266 @@
+"""Streams: one per libkestrel writer file and one per legacy journal file."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from fmtfs.formats.base import Chunk, Problem, Record, State, Stream
+from fmtfs.formats.kestrel import legacy
+from fmtfs.formats.kestrel.files import LegacyFile, WriterFile, map_file
+from fmtfs.formats.kestrel.records import (
+    LARGEST_DATA,
+    PUT_HEADER,
+    PUT_HEADER_X,
+    WRITER_MAGIC,
+    Corrupt,
+    Put,
+    ReadDone,
+    ReadHead,
+    check_magic,
+    read_record,
+)
+from fmtfs.formats.kestrel.shapes import journal_view, legacy_view, ms_text, op_record, put_record
+from fmtfs.shape import put_data
+
+CHUNK_RECORDS = 2000
+CHUNK_BYTES = 1 << 20
+
+
+def describe_skipped(record: Any) -> str:
+    """The _errors.jsonl text for a record a writer file should not hold."""
+    if isinstance(record, ReadHead):
+        return "READ_HEAD record in a writer file (skipped)"
+    if isinstance(record, ReadDone):
+        return "READ_DONE record in a writer file (skipped)"
+    return f"unknown command {record.cmd} (skipped {record.size} bytes)"
+
+
+class _ChunkedStream(Stream):
+    """Shared scan/decode; subclasses decode a run of records with `_run`."""
+
+    view: str
+
+    def _first(self, buf) -> int:
+        """The offset of the first record, after checking any magic."""
+        return 0
+
+    def _run(
+        self, buf, pos: int, end: int, max_records: int, limit: int, out: list[Record], skipped: list[Problem]
+    ) -> tuple[int, bool, Problem | None]:
+        """Decode records from `pos` into `out` until `max_records` or the
+        offset `limit`; notes on skipped records go to `skipped`.  Returns
+        (next offset, finished, the Problem that stopped it)."""
+        raise NotImplementedError
+
+    def view_paths(self) -> list[str]:
+        return [self.view]
+
+    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+        try:
+            buf = map_file(self.path)
+        except OSError as exc:
+            yield Problem(self.path.name, 0, f"cannot read: {exc.strerror}")
+            return
+        try:
+            yield from self._scan(buf, start)
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+
+    def _scan(self, buf, start: int | None) -> Iterator[Chunk | Problem]:
+        end = len(buf)
+        if start is None:
+            try:
+                pos = self._first(buf)
+            except Corrupt as exc:
+                yield Problem(self.path.name, exc.offset, exc.message)
+                return
+        else:
+            pos = start
+        while True:
+            out: list[Record] = []
+            skipped: list[Problem] = []
+            after, finished, failure = self._run(
+                buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped
+            )
+            if after > pos:
+                yield Chunk(pos, after, {}, {}, {self.view: out})
+            yield from skipped
+            if failure is not None:
+                yield failure
+            if finished:
+                return
+            pos = after
+
+    def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
+        with open(self.path, "rb") as f:
+            buf = os.pread(f.fileno(), chunk.end - chunk.start, chunk.start)
+        out: list[Record] = []
+        self._run(buf, 0, len(buf), len(buf) + 1, len(buf) + 1, out, [])
+        return {self.view: out}
+
+
+class WriterStream(_ChunkedStream):
+    """A libkestrel writer file `<queue>.<n>`: PUT records."""
+
+    def __init__(self, wf: WriterFile) -> None:
+        self.view = journal_view(wf.queue, wf.number)
+        super().__init__(self.view[: -len(".jsonl")], wf.path)
+        self.file = wf
+
+    def _first(self, buf) -> int:
+        check_magic(buf, WRITER_MAGIC, "journal")
+        return 4
+
+    def _run(self, buf, pos, end, max_records, limit, out, skipped):
+        # The common PUT (0x86 / 0x88, in bounds) is decoded inline: this loop
+        # is the hot path of a first mount.  Anything else goes through
+        # read_record, which applies every rule and reports damage.
+        name = self.path.name
+        unpack6 = PUT_HEADER.unpack_from
+        unpack8 = PUT_HEADER_X.unpack_from
+        when = ms_text
+        append = out.append
+        n = 0
+        while n < max_records and pos < limit:
+            if pos >= end:
+                return pos, True, None
+            command = buf[pos]
+            if command == 0x86 and end - pos >= 25:
+                size, errors, ident, added = unpack6(buf, pos + 1)
+                start = pos + 25
+                stop = start + size
+                if 0 <= size <= LARGEST_DATA and stop <= end:
+                    record = {"id": ident, "add_time": when(added), "error_count": errors}
+                    data = buf[start:stop]
+                    try:
+                        record["data"] = data.decode()
+                    except UnicodeDecodeError:
+                        put_data(record, data)
+                    append(record)
+                    n += 1
+                    pos = stop
+                    continue
+            elif command == 0x88 and end - pos >= 33:
+                size, errors, ident, added, expire = unpack8(buf, pos + 1)
+                start = pos + 33
+                stop = start + size
+                if 0 <= size <= LARGEST_DATA and stop <= end:
+                    record = {
+                        "id": ident,
+                        "add_time": when(added),
+                        "expire_time": when(expire),
+                        "error_count": errors,
+                    }
+                    data = buf[start:stop]
+                    try:
+                        record["data"] = data.decode()
+                    except UnicodeDecodeError:
+                        put_data(record, data)
+                    append(record)
+                    n += 1
+                    pos = stop
+                    continue
+            try:
+                got = read_record(buf, pos, end)
+            except Corrupt as exc:
+                return pos, True, Problem(name, exc.offset, exc.message)
+            if got is None:
+                return pos, True, None
+            rec, after = got
+            if type(rec) is Put:
+                data = bytes(buf[rec.data_start : rec.data_end])
+                append(put_record(rec.id, rec.add_time, rec.expire_time, rec.error_count, data))
+                n += 1
+            else:
+                skipped.append(Problem(name, pos, describe_skipped(rec)))
+            pos = after
+        return pos, pos >= end, None
+
+
+class LegacyStream(_ChunkedStream):
+    """A kestrel 0.8-2.x journal file: one line per operation (read-only)."""
+
+    def __init__(self, lf: LegacyFile) -> None:
+        self.view = legacy_view(lf.queue, lf.path.name)
+        super().__init__(self.view[: -len(".jsonl")], lf.path)
+        self.file = lf
+
+    def _run(self, buf, pos, end, max_records, limit, out, skipped):
+        read = legacy.read_op
+        append = out.append
+        n = 0
+        while n < max_records and pos < limit:
+            try:
+                got = read(buf, pos, end)
+            except legacy.BrokenItem as exc:
+                return pos, True, Problem(self.path.name, exc.offset, exc.message)
+            if got is None:
+                return pos, True, None
+            op, pos = got
+            append(op_record(op))
+            n += 1
+        return pos, pos >= end, None
+
+
+def iter_puts(wf: WriterFile, keep: Callable[[int], bool] | None = None) -> Iterator[tuple[Put, bytes]]:
+    """The PUTs of a writer file whose id `keep` accepts, with their data, up
+    to the clean end or the first damage (which the stream's scan reports)."""
+    try:
+        buf = map_file(wf.path)
+    except OSError:
+        return
+    try:
+        if bytes(buf[:4]) != WRITER_MAGIC:
+            return
+        pos, end = 4, len(buf)
+        while True:
+            try:
+                got = read_record(buf, pos, end)
+            except Corrupt:
+                return
+            if got is None:
+                return
+            rec, pos = got
+            if type(rec) is Put and (keep is None or keep(rec.id)):
+                yield rec, bytes(buf[rec.data_start : rec.data_end])
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def _ops(lf: LegacyFile) -> Iterator[legacy.Op]:
+    """The operations of one legacy file up to its end or first damage."""
+    try:
+        buf = map_file(lf.path)
+    except OSError:
+        return
+    try:
+        pos, end = 0, len(buf)
+        while True:
+            try:
+                got = legacy.read_op(buf, pos, end)
+            except legacy.BrokenItem:
+                return
+            if got is None:
+                return
+            op, pos = got
+            yield op
+    finally:
+        if isinstance(buf, mmap.mmap):
+            buf.close()
+
+
+def replay_files(files: list[LegacyFile]) -> list[legacy.Item]:
+    """Queue contents after replaying `files` in order; a damaged file's
+    replay stops at the damage and the next file goes on."""
+    state = legacy.Replay()
+    for lf in files:
+        # Opcode 3 marks a file written by 0.8-1.x, whose xid rule differs.
+        state.legacy_counter = any(op.code == legacy.REMOVE_TENTATIVE for op in _ops(lf))
+        for op in _ops(lf):
+            state.apply(op)
+    return state.finish()

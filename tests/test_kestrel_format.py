@@ -1,0 +1,215 @@
+"""A libkestrel queue folder as views: discovery, order, scans, readers, pending."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import orjson
+import pytest
+
+from fmtfs.formats import detect, format_class
+from fmtfs.formats.base import Chunk, Problem
+from fmtfs.formats.kestrel import KestrelFormat
+from fmtfs.formats.kestrel.records import WRITER_MAGIC, encode_put, encode_read_done, encode_read_head
+from fmtfs.formats.kestrel.streams import CHUNK_RECORDS
+from fmtfs.samples.kestrel import generate
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kestrel"
+
+
+def put_file(path: Path, ids, data=b"x", start: int = 0) -> bytes:
+    blob = WRITER_MAGIC + b"".join(encode_put(i, start + i, data) for i in ids)
+    path.write_bytes(blob)
+    return blob
+
+
+def scan_all(stream, start=None):
+    chunks, problems = [], []
+    for got in stream.scan(start, None):
+        (chunks if isinstance(got, Chunk) else problems).append(got)
+    return chunks, problems
+
+
+def records(stream, start=None) -> list[dict]:
+    return [r for c in scan_all(stream, start)[0] for rs in c.records.values() for r in rs]
+
+
+def by_view(fmt) -> dict[str, list[dict]]:
+    return {s.view_paths()[0]: records(s) for s in fmt.streams()}
+
+
+def test_registry_detects_and_imports(tmp_path):
+    assert format_class("kestrel") is KestrelFormat
+    shutil.copy(FIXTURES / "example_hello.journal", tmp_path / "jobs.1000")
+    assert detect(tmp_path) == "kestrel"
+    assert not KestrelFormat.detect(tmp_path / "jobs.1000")  # a folder, not a file
+
+
+def test_fixture_vectors_as_a_queue(tmp_path):
+    shutil.copy(FIXTURES / "spec_read_several.journal", tmp_path / "jobs.1000")
+    shutil.copy(FIXTURES / "example_hello_expiry.journal", tmp_path / "mail.5")
+    shutil.copy(FIXTURES / "example_head1_done34.read", tmp_path / "jobs.read.")
+    fmt = KestrelFormat(tmp_path, {})
+    assert by_view(fmt) == {
+        "jobs/journal/1000.jsonl": [
+            {"id": 100, "add_time": "1970-01-01T00:00:00.255Z", "error_count": 3, "data": "hello"},
+            {"id": 101, "add_time": "1970-01-01T00:00:00.900Z", "error_count": 2, "data": "goodbye"},
+        ],
+        "mail/journal/5.jsonl": [
+            {
+                "id": 1,
+                "add_time": "1970-01-01T00:00:01.000Z",
+                "expire_time": "1970-01-01T00:00:02.000Z",
+                "error_count": 0,
+                "data": "hello",
+            }
+        ],
+    }
+    views = fmt.derived_views()
+    assert views["jobs/readers/_default.json"]() == b'{"reader":"","head":1,"done":[3,4]}\n'
+    assert [r["id"] for r in views["jobs/pending/_default.jsonl"]()] == [100, 101]
+
+
+def test_files_ordered_by_first_id_and_temporaries_ignored(tmp_path):
+    put_file(tmp_path / "q.300", [1, 2])  # named later but holds the oldest ids
+    put_file(tmp_path / "q.100", [10, 11])
+    (tmp_path / "q.500").write_bytes(WRITER_MAGIC)  # fresh after a rotation: no PUT yet
+    put_file(tmp_path / "q.100~~7", [99])
+    put_file(tmp_path / "q.read.x~~8", [99])
+    (tmp_path / "q.read.x").write_bytes(b"\x26\x3c\x26\x03" + encode_read_head(1))
+    fmt = KestrelFormat(tmp_path, {})
+    assert [s.path.name for s in fmt.streams()] == ["q.300", "q.100", "q.500"]
+    assert by_view(fmt)["q/journal/500.jsonl"] == []
+    assert fmt.streams()[2].view_paths() == ["q/journal/500.jsonl"]
+    assert "q.100~~7" not in {p.name for p in fmt.native_files()}
+    pending = fmt.derived_views()["q/pending/x.jsonl"]()
+    assert [r["id"] for r in pending] == [2, 10, 11]
+
+
+def test_binary_data_and_unknown_commands(tmp_path):
+    blob = (
+        WRITER_MAGIC
+        + encode_put(1, 0, b"\xff\x00")
+        + b"\xf3\x04\x00\x00\x00\x01\x01\x01\x01\x02\x02\x02\x02\xff\xff\xff\xff"
+        + encode_put(2, 0, b"ok")
+    )
+    (tmp_path / "q.1").write_bytes(blob)
+    (stream,) = KestrelFormat(tmp_path, {}).streams()
+    chunks, problems = scan_all(stream)
+    got = records(stream)
+    assert got[0]["data_base64"] == "/wA=" and "data" not in got[0]
+    assert [r["id"] for r in got] == [1, 2]
+    assert problems == [Problem("q.1", 4 + 27, "unknown command 15 (skipped 17 bytes)")]
+    assert chunks[-1].end == len(blob)
+
+
+@pytest.mark.parametrize("pad", [0, 100])
+def test_damage_keeps_what_precedes_and_zero_tail_is_quiet(tmp_path, pad):
+    good = put_file(tmp_path / "q.1", [1, 2, 3], b"abc")
+    (tmp_path / "q.1").write_bytes(good + bytes(pad))
+    (stream,) = KestrelFormat(tmp_path, {}).streams()
+    chunks, problems = scan_all(stream)
+    assert [r["id"] for r in records(stream)] == [1, 2, 3] and problems == []
+    assert chunks[-1].end == len(good)
+    # a record cut at every offset: the previous ones stay, the cut is reported
+    whole = good + encode_put(4, 4, b"tail")
+    for cut in range(len(good) + 1, len(whole)):
+        (tmp_path / "q.1").write_bytes(whole[:cut])
+        chunks, problems = scan_all(stream)
+        assert [r["id"] for c in chunks for r in c.records["q/journal/1.jsonl"]] == [1, 2, 3]
+        assert [p.offset for p in problems] == [len(good)]
+        assert chunks[-1].end == len(good)
+
+
+def test_bad_magic_and_too_large(tmp_path):
+    shutil.copy(FIXTURES / "spec_too_large.journal", tmp_path / "q.1")
+    (stream,) = KestrelFormat(tmp_path, {}).streams()
+    assert scan_all(stream) == ([], [Problem("q.1", 4, "item too large")])
+
+
+def test_chunks_resume_and_decode(tmp_path):
+    count = CHUNK_RECORDS * 2 + 17
+    blob = put_file(tmp_path / "q.1", range(1, count + 1), b"payload")
+    (stream,) = KestrelFormat(tmp_path, {}).streams()
+    chunks, _ = scan_all(stream)
+    assert [len(c.records["q/journal/1.jsonl"]) for c in chunks] == [CHUNK_RECORDS, CHUNK_RECORDS, 17]
+    assert all(a.end == b.start for a, b in zip(chunks, chunks[1:], strict=False))
+    for c in chunks:
+        assert stream.decode(Chunk(c.start, c.end, c.state, c.next_state)) == c.records
+    # the producer appends; a scan resumed at the last end sees only the new items
+    with open(tmp_path / "q.1", "ab") as f:
+        f.write(encode_put(count + 1, 0, b"new") + encode_put(count + 2, 0, b"newer"))
+    resumed = records(stream, chunks[-1].end)
+    assert [r["id"] for r in resumed] == [count + 1, count + 2]
+    assert len(blob) == chunks[-1].end
+
+
+def test_reader_views_and_problems(tmp_path):
+    put_file(tmp_path / "q.1", range(1, 11))
+    magic = b"\x26\x3c\x26\x03"
+    (tmp_path / "q.read.").write_bytes(magic + encode_read_head(3) + encode_read_done([5, 7]))
+    (tmp_path / "q.read.a%b.c").write_bytes(
+        magic + encode_read_done([9]) + encode_read_head(8) + encode_read_done([10])
+    )
+    (tmp_path / "q.read.broken").write_bytes(magic + encode_read_head(3)[:5])
+    (tmp_path / "q.read.alien").write_bytes(WRITER_MAGIC)
+    fmt = KestrelFormat(tmp_path, {})
+    views = fmt.derived_views()
+    assert orjson.loads(views["q/readers/_default.json"]()) == {"reader": "", "head": 3, "done": [5, 7]}
+    assert [r["id"] for r in views["q/pending/_default.jsonl"]()] == [4, 6, 8, 9, 10]
+    assert views["q/readers/a%25b.c.json"]() == b'{"reader":"a%b.c","head":8,"done":[9,10]}\n'
+    assert views["q/pending/a%25b.c.jsonl"]() == []
+    assert "q/readers/broken.json" not in views and "q/readers/alien.json" not in views
+    assert sorted((p.file, p.offset) for p in fmt.problems()) == [("q.read.alien", 0), ("q.read.broken", 4)]
+    assert {p.name for p in fmt.native_files()} >= {"q.read.", "q.read.broken", "q.1"}
+
+
+def test_pending_is_in_id_order_across_files(tmp_path):
+    put_file(tmp_path / "q.1", [1, 2, 3])
+    put_file(tmp_path / "q.2", [4, 6, 5])  # out of order inside a file still sorts
+    (tmp_path / "q.read.r").write_bytes(b"\x26\x3c\x26\x03" + encode_read_head(2) + encode_read_done([4]))
+    views = KestrelFormat(tmp_path, {}).derived_views()
+    assert [r["id"] for r in views["q/pending/r.jsonl"]()] == [3, 5, 6]
+
+
+def test_deterministic_records_and_odd_times(tmp_path):
+    blob = WRITER_MAGIC + encode_put(1, -1, b"a", 2**63 - 1)
+    (tmp_path / "q.1").write_bytes(blob)
+    (stream,) = KestrelFormat(tmp_path, {}).streams()
+    first = records(stream)
+    assert first == records(stream)
+    assert first[0]["add_time"] == "1969-12-31T23:59:59.999Z"
+    assert first[0]["expire_time"] == 2**63 - 1  # beyond any calendar: the raw ms
+
+
+def test_sample(tmp_path):
+    root = generate(tmp_path / "s", 400)
+    fmt = KestrelFormat(root, {})
+    names = sorted(os.listdir(root))
+    assert "jobs.read." in names and "mail.read.indexer" in names
+    streams = fmt.streams()
+    per_queue = {q: [s for s in streams if s.name.startswith(q + "/")] for q in ("jobs", "mail")}
+    assert all(len(v) >= 3 for v in per_queue.values())  # rotated
+    all_records = by_view(fmt)
+    assert sum(map(len, all_records.values())) == 400
+    assert all(not p for s in streams for p in scan_all(s)[1])
+    views = fmt.derived_views()
+    indexer = orjson.loads(views["mail/readers/indexer.json"]())
+    assert indexer["done"] and indexer["head"] > 0
+    pending = views["mail/pending/indexer.jsonl"]()
+    assert all(r["id"] > indexer["head"] and r["id"] not in indexer["done"] for r in pending)
+    assert len(pending) == 100 - indexer["head"] - len(indexer["done"])
+    assert generate(tmp_path / "t", 400) and sorted(os.listdir(tmp_path / "t")) == names
+    assert all((root / n).read_bytes() == (tmp_path / "t" / n).read_bytes() for n in names)
+
+
+def test_a_reader_named_default_does_not_hide_the_default_reader(tmp_path):
+    put_file(tmp_path / "q.1", [1, 2, 3])
+    magic = b"\x26\x3c\x26\x03"
+    (tmp_path / "q.read.").write_bytes(magic + encode_read_head(1))
+    (tmp_path / "q.read._default").write_bytes(magic + encode_read_head(2))
+    views = KestrelFormat(tmp_path, {}).derived_views()
+    assert orjson.loads(views["q/readers/_default.json"]())["head"] == 1
+    assert [r["id"] for r in views["q/pending/_default.jsonl"]()] == [2, 3]
