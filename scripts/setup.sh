@@ -8,7 +8,7 @@ VENV="${FMTFS_VENV:-$ROOT/.venv}"
 
 # fuse3: fusermount3 and the kernel interface; libfuse3-dev + pkg-config: pyfuse3 builds against them;
 # java: Spark; dbus + gvfs-daemons + libglib2.0-bin (gio): the real gvfs daemon as the gvfs oracle.
-DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs-daemons libglib2.0-bin)
+DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs gvfs-daemons libglib2.0-bin)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do

@@ -1,0 +1,312 @@
+"""A gvfs-metadata folder on disk: which files are live trees and journals,
+the effective state of a tree, and the writes gvfsd-metadata makes
+(journal appends, rebuild + rotation; spec §4 and §8)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import string
+import struct
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from fmtfs.formats.base import BadRecord
+from fmtfs.formats.gvfs.journal import (
+    JOURNAL_MAGIC,
+    NUM_ENTRIES_OFFSET,
+    JournalState,
+    header_error,
+    new_journal,
+    read_journal,
+)
+from fmtfs.formats.gvfs.model import MetaModel
+from fmtfs.formats.gvfs.tree import (
+    HEADER_SIZE,
+    ROTATED,
+    ROTATED_OFFSET,
+    TreeError,
+    TreeFile,
+    TreeHeader,
+    build_tree,
+    read_header,
+    read_tree,
+)
+
+_TEMP = re.compile(r"^(?P<tree>.+)\.[A-Za-z0-9]{6}$")  # mkstemp's <tree>.XXXXXX
+_BACKUP = re.compile(r"\.backup\.\d{4}-\d\d-\d\d")  # <tree>.backup.<ISO 8601>
+_JOURNAL = re.compile(r"^(?P<tree>.+)-(?P<tag>[0-9a-f]{8})\.log$")
+_ALNUM = string.ascii_letters + string.digits
+
+# Writers of one process take turns; gvfsd-metadata itself must not run
+# while fmtfs writes (it keeps the journal mapped, spec §8).
+WRITE_LOCK = threading.RLock()
+
+
+def journal_name(tree: str, tag: int) -> str:
+    return f"{tree}-{tag:08x}.log"
+
+
+@dataclass
+class TreeRef:
+    name: str
+    path: Path
+    header: TreeHeader
+
+    @property
+    def journal_path(self) -> Path:
+        return self.path.with_name(journal_name(self.name, self.header.tag))
+
+
+@dataclass
+class Catalog:
+    trees: list[TreeRef]
+    ignored: list[str]  # temporaries, backups, rotated trees, stale journals
+
+
+def _head(path: Path, size: int) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(size)
+    except OSError:
+        return b""
+
+
+def catalog(folder: Path) -> Catalog:
+    try:
+        entries = sorted(
+            (e for e in os.scandir(folder) if e.is_file(follow_symlinks=False)), key=lambda e: e.name
+        )
+    except OSError:
+        return Catalog([], [])
+    names = {e.name for e in entries}
+    candidates: list[TreeRef] = []
+    journals: list[str] = []
+    ignored: list[str] = []
+    for e in entries:
+        head = _head(Path(e.path), HEADER_SIZE)
+        if head.startswith(JOURNAL_MAGIC):
+            journals.append(e.name)
+            continue
+        header = read_header(head)
+        if header is None:
+            continue
+        temp = _TEMP.match(e.name)
+        if (
+            e.name.startswith(".")
+            or _BACKUP.search(e.name)
+            or (temp and temp["tree"] in names)
+            or header.rotated
+        ):
+            ignored.append(e.name)
+            continue
+        candidates.append(TreeRef(e.name, Path(e.path), header))
+    live = {journal_name(t.name, t.header.tag) for t in candidates}
+    ignored.extend(j for j in journals if j not in live)
+    return Catalog(candidates, sorted(ignored))
+
+
+def is_gvfs_folder(folder: Path) -> bool:
+    if not folder.is_dir():
+        return False
+    cat = catalog(folder)
+    if cat.trees:
+        return True
+    # a folder holding only journals (trees lost) still reads as gvfs
+    return any(_JOURNAL.match(name) for name in cat.ignored)
+
+
+def valid_tree_name(name: str) -> str | None:
+    """Why `name` cannot be a new tree file name, or None."""
+    if not name or name in (".", "..") or name.startswith("."):
+        return "a tree name must be non-empty and not start with '.'"
+    if "/" in name or "\0" in name:
+        return "a tree name cannot hold '/' or NUL"
+    if _JOURNAL.match(name) or _BACKUP.search(name):
+        return "a tree name cannot look like a journal or a backup"
+    return None
+
+
+# -- reading state -----------------------------------------------------------
+
+
+@dataclass
+class TreeState:
+    tree: TreeFile
+    journal_path: Path
+    journal: JournalState | None  # None: missing or ignored (see journal_error)
+    journal_error: str | None
+
+
+def read_state(tree_path: Path) -> TreeState:
+    """The tree and its journal as gvfs would open them (TreeError when the
+    tree itself is unreadable)."""
+    tree = read_tree(tree_path.read_bytes())
+    jpath = tree_path.with_name(journal_name(tree_path.name, tree.header.tag))
+    try:
+        data = jpath.read_bytes()
+    except FileNotFoundError:
+        return TreeState(tree, jpath, None, "missing")
+    error = header_error(data, tree.header.tag)
+    if error:
+        return TreeState(tree, jpath, None, error)
+    return TreeState(tree, jpath, read_journal(data), None)
+
+
+def effective_model(state: TreeState) -> MetaModel:
+    """The tree with the journal's valid entries applied, as a rebuild does."""
+    model = state.tree.model
+    if state.journal is not None:
+        for entry in state.journal.entries:
+            model.apply(entry)
+    return model
+
+
+# -- writing -----------------------------------------------------------------
+
+
+def _create_exclusive(base: Path, data: bytes) -> Path:
+    """Write `data` to a new `<base>.XXXXXX` (mode 0600) and fsync it."""
+    for _ in range(100):
+        tmp = base.with_name(base.name + "." + "".join(secrets.choice(_ALNUM) for _ in range(6)))
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        except FileExistsError:
+            continue
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return tmp
+    raise OSError(f"cannot create a temporary file beside {base}")
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def rebuild(tree_path: Path, model: MetaModel) -> int:
+    """meta_builder_write: new tree (new tag) to a temporary file, a new empty
+    journal, rename over the tree, directory fsync, mark the old tree rotated
+    through a handle opened before the rename, unlink the old journal.
+    Returns the new tag."""
+    folder = tree_path.parent
+    try:
+        old_fd: int | None = os.open(tree_path, os.O_RDWR | os.O_CLOEXEC)
+    except FileNotFoundError:
+        old_fd = None
+    try:
+        old_tag = None
+        if old_fd is not None:
+            old_header = read_header(os.pread(old_fd, HEADER_SIZE, 0))
+            old_tag = old_header.tag if old_header else None
+        tag = secrets.randbits(32)
+        while tag == old_tag:
+            tag = secrets.randbits(32)
+        tmp = _create_exclusive(tree_path, build_tree(model, tag))
+        jpath = tree_path.with_name(journal_name(tree_path.name, tag))
+        jtmp = _create_exclusive(jpath, new_journal(tag))
+        os.replace(jtmp, jpath)
+        os.replace(tmp, tree_path)
+        _fsync_dir(folder)
+        if old_fd is not None:
+            os.pwrite(old_fd, struct.pack(">I", ROTATED), ROTATED_OFFSET)
+            if old_tag is not None:
+                try:
+                    os.unlink(tree_path.with_name(journal_name(tree_path.name, old_tag)))
+                except FileNotFoundError:
+                    pass
+        return tag
+    finally:
+        if old_fd is not None:
+            os.close(old_fd)
+
+
+def create_tree(tree_path: Path) -> int:
+    """A new empty tree and journal (what the daemon does on first use)."""
+    return rebuild(tree_path, MetaModel())
+
+
+def append_entries(tree_path: Path, entries: list[bytes]) -> int:
+    """Append encoded entries to the tree's journal, rebuilding and rotating
+    whenever the next entry does not fit.  Returns the number of rebuilds."""
+    rebuilds = 0
+    pending = list(entries)
+    with WRITE_LOCK:
+        if not tree_path.exists():
+            create_tree(tree_path)
+        while pending:
+            try:
+                header = read_tree(tree_path.read_bytes()).header
+            except TreeError as exc:
+                raise BadRecord(
+                    f"{tree_path.name}: the tree is unreadable ({exc}); gvfs cannot write it"
+                ) from None
+            jpath = tree_path.with_name(journal_name(tree_path.name, header.tag))
+            if not jpath.exists():  # the daemon recreates a missing journal with the tree's tag
+                tmp = _create_exclusive(jpath, new_journal(header.tag))
+                os.replace(tmp, jpath)
+            written = _append_fitting(jpath, header.tag, pending)
+            pending = pending[written:]
+            if pending:
+                rebuild(tree_path, effective_model(read_state(tree_path)))
+                rebuilds += 1
+    return rebuilds
+
+
+def _append_fitting(jpath: Path, tag: int, entries: list[bytes]) -> int:
+    """Append the leading entries that fit; entry bytes are written and
+    synced before num_entries is raised, so a crash leaves the old count or
+    complete entries."""
+    fd = os.open(jpath, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        data = b""
+        while True:
+            piece = os.pread(fd, 1 << 16, len(data))
+            if not piece:
+                break
+            data += piece
+        error = header_error(data, tag)
+        if error:
+            raise BadRecord(f"{jpath.name}: {error}; gvfs ignores this journal and refuses writes")
+        state = read_journal(data)
+        if state.invalid is not None:
+            raise BadRecord(
+                f"{jpath.name}: entry {state.invalid.index} at offset {state.invalid.offset} is invalid "
+                f"({state.invalid.error}); gvfs refuses writes to this journal until it is rebuilt"
+            )
+        end, count, written = state.end, state.count, 0
+        for entry in entries:
+            if len(entry) > len(data) - end:
+                break
+            os.pwrite(fd, entry, end)
+            end += len(entry)
+            count += 1
+            written += 1
+        if written:
+            os.fdatasync(fd)
+            os.pwrite(fd, struct.pack(">I", count), NUM_ENTRIES_OFFSET)
+        return written
+    finally:
+        os.close(fd)
+
+
+def sync_journal(tree_path: Path) -> None:
+    header = read_header(_head(tree_path, HEADER_SIZE))
+    if header is None:
+        return
+    try:
+        fd = os.open(tree_path.with_name(journal_name(tree_path.name, header.tag)), os.O_RDONLY)
+    except FileNotFoundError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
