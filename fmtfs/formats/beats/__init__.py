@@ -1,0 +1,13 @@
+"""Elastic Beats disk queue (`beats`): a folder of `<id>.seg` segments and an
+optional `state.dat` (spec: shared/specs/beats-diskqueue.md).
+
+Modules: layout (headers, names, state.dat), frames (frame checks and
+encoding), payload (payload <-> line mapping, see its docstring), cbor
+(go-structform CBOR encoder), protobuf (shipper events), keys (AES-CTR and
+key material), lz4stream (the LZ4 container), segment (reading one segment
+in resumable runs), stream, writer, format."""
+
+from fmtfs.formats.beats.format import BeatsFormat
+from fmtfs.formats.beats.keys import derive_key, read_key_file
+
+__all__ = ["BeatsFormat", "derive_key", "read_key_file"]

@@ -1,0 +1,232 @@
+"""The Beats disk queue as an fmtfs source (LAYOUT §3, §4)."""
+
+from __future__ import annotations
+
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+from fmtfs.formats.base import Format, FormatError, Problem, ReadOnlyView, Record, Stream, Writer
+from fmtfs.formats.beats.layout import (
+    OPT_ENCRYPTED,
+    HeaderError,
+    QueueState,
+    parse_segment_name,
+    parse_state,
+)
+from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
+from fmtfs.formats.beats.stream import SegmentStream
+from fmtfs.formats.beats.writer import SegmentWriter, create_segment
+
+STATE_FILE = "state.dat"
+PENDING = "pending.jsonl"
+_VIEW = re.compile(r"segments/(0|[1-9][0-9]*)\.jsonl")
+
+
+def segment_files(source: Path) -> tuple[list[tuple[int, Path]], list[Problem]]:
+    """(id, path) of every segment, by id; a second file with an id already
+    seen (`7.seg` and `007.seg`) is reported and ignored."""
+    found: dict[int, Path] = {}
+    problems = []
+    try:
+        names = sorted(p.name for p in source.iterdir())
+    except (NotADirectoryError, FileNotFoundError):
+        return [], []
+    for name in names:
+        seg_id = parse_segment_name(name)
+        if seg_id is None or not (source / name).is_file():
+            continue
+        if seg_id in found:
+            problems.append(
+                Problem(name, 0, f"segment id {seg_id} also used by {found[seg_id].name}; ignored")
+            )
+            continue
+        found[seg_id] = source / name
+    return sorted(found.items()), problems
+
+
+class BeatsFormat(Format):
+    name = "beats"
+
+    def __init__(self, source: Path, options: dict[str, Any]) -> None:
+        super().__init__(source, options)
+        self.key: bytes | None = options.get("key")
+        self._streams: dict[int, SegmentStream] = {}
+        self._check_keys()
+
+    # -- detection -------------------------------------------------------------
+
+    @classmethod
+    def detect(cls, source: Path) -> bool:
+        if not source.is_dir():
+            return False
+        segments, _ = segment_files(source)
+        for _, path in segments:
+            with open(path, "rb") as fh:
+                head = fh.read(4)
+            if len(head) == 4 and struct.unpack("<I", head)[0] <= 3:
+                return True
+        state = source / STATE_FILE
+        if state.is_file():
+            try:
+                parse_state(state.read_bytes()[:28])
+                return state.stat().st_size in (20, 28)
+            except ValueError:
+                return False
+        return False
+
+    def _check_keys(self) -> None:
+        """One clear error for a missing or wrong key, instead of garbage.  A
+        key that opens some encrypted segments but not another leaves that
+        one to be reported as damaged by its scan."""
+        opened = 0
+        rejected: list[str] = []
+        for _, path in segment_files(self.source)[0]:
+            try:
+                seg = Segment.open(path, self.key)
+            except KeyNeeded as exc:
+                raise FormatError(
+                    f"{path.name} is {exc}: give --key-file or set FMTFS_BEATS_PASSWORD"
+                ) from None
+            except KeyRejected:
+                rejected.append(path.name)
+                continue
+            except (HeaderError, OSError):
+                continue
+            if seg.header.encrypted:
+                opened += 1
+        if rejected and not opened:
+            raise FormatError(
+                f"wrong key: {rejected[0]} does not decrypt (its first frame fails the CRC check)"
+            )
+
+    # -- streams and views -----------------------------------------------------
+
+    def streams(self) -> list[Stream]:
+        current, _ = segment_files(self.source)
+        out: list[Stream] = []
+        for seg_id, path in current:
+            stream = self._streams.get(seg_id)
+            if stream is None or stream.path != path:
+                stream = self._streams[seg_id] = SegmentStream(seg_id, path, self.key)
+            out.append(stream)
+        return out
+
+    def _state(self) -> QueueState | Problem | None:
+        path = self.source / STATE_FILE
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            return parse_state(data)
+        except ValueError as exc:
+            return Problem(STATE_FILE, 0, str(exc))
+
+    def derived_views(self) -> dict:
+        state = self._state()
+        if not isinstance(state, QueueState):
+            return {}
+        return {PENDING: lambda: self.pending(state)}
+
+    def pending(self, state: QueueState) -> list[Record]:
+        """Frames not yet acknowledged (spec §8): from the state position in
+        segment `segment_id` on, then every frame of every later segment."""
+        streams = [s for s in self.streams() if isinstance(s, SegmentStream)]
+        if streams and state.segment_id < streams[0].segment_id:
+            state = QueueState(state.version, streams[0].segment_id, 0, 0)
+        out: list[Record] = []
+        for stream in streams:
+            if stream.segment_id < state.segment_id:
+                continue
+            seg = stream.opened()
+            if isinstance(seg, Problem):
+                continue
+            records: list[Record] = []
+            positions: list[int] = []
+            for run in seg.runs(None, positions=True):
+                if isinstance(run, Run):
+                    records.extend(run.records)
+                    positions.extend(run.positions)
+            if stream.segment_id == state.segment_id and state.frame_index:
+                if state.byte_index in positions:
+                    records = records[positions.index(state.byte_index) :]
+                else:
+                    records = records[state.frame_index :]
+            out.extend(records)
+        return out
+
+    def problems(self) -> list[Problem]:
+        out = list(segment_files(self.source)[1])
+        state = self._state()
+        if isinstance(state, Problem):
+            out.append(state)
+        return out
+
+    def native_files(self) -> list[Path]:
+        files = [s.path for s in self.streams()]
+        state = self.source / STATE_FILE
+        if state.exists():
+            files.append(state)
+        return files
+
+    def info(self) -> dict[str, Any]:
+        segments = []
+        for stream in self.streams():
+            assert isinstance(stream, SegmentStream)
+            entry: dict[str, Any] = {"id": stream.segment_id, "file": stream.path.name}
+            seg = stream.opened()
+            if isinstance(seg, Problem):
+                entry["error"] = seg.error
+            else:
+                entry.update(seg.header.describe())
+            segments.append(entry)
+        out: dict[str, Any] = {"segments": segments}
+        state = self._state()
+        if isinstance(state, QueueState):
+            out["state"] = state.describe()
+        elif isinstance(state, Problem):
+            out["state"] = {"error": state.error}
+        return out
+
+    # -- writing ---------------------------------------------------------------
+
+    def writer(self, view_path: str, create: bool) -> Writer:
+        match = _VIEW.fullmatch(view_path)
+        if match is None:
+            raise ReadOnlyView(f"{view_path}: only segments/<id>.jsonl views take writes")
+        seg_id = int(match.group(1))
+        current, _ = segment_files(self.source)
+        newest = current[-1] if current else None
+        if create or seg_id not in dict(current):
+            if newest is not None and seg_id <= newest[0]:
+                raise FileNotFoundError(f"{view_path}: a new segment needs an id above {newest[0]}")
+            if seg_id >= 1 << 64:
+                raise FileNotFoundError(f"{view_path}: segment ids are 64-bit")
+            options = self._new_segment_options(newest[1] if newest else None)
+            path = self.source / f"{seg_id}.seg"
+            create_segment(path, options, self.key)
+        else:
+            if seg_id != newest[0]:
+                raise ReadOnlyView(f"{view_path}: only the newest segment ({newest[0]}) can be appended to")
+            path = newest[1]
+        try:
+            return SegmentWriter(path, self.key)
+        except (ValueError, HeaderError, KeyNeeded, KeyRejected) as exc:
+            raise ReadOnlyView(f"{view_path}: {exc}") from None
+
+    def _new_segment_options(self, newest: Path | None) -> int:
+        """Spec §11 / LAYOUT §4: the newest segment's options when it is a
+        shipped v2 segment (and its key is known), else plaintext."""
+        if newest is None:
+            return 0
+        try:
+            header = Segment.open(newest, self.key).header
+        except (HeaderError, KeyNeeded, KeyRejected, OSError):
+            return 0
+        if header.layout != "v2":
+            return 0
+        if header.options & OPT_ENCRYPTED and self.key is None:
+            return 0
+        return header.options & 0x7

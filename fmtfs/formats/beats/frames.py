@@ -1,0 +1,134 @@
+"""Frames (spec §4): u32 frameSize | payload | u32 CRC-32 | u32 frameSize,
+frameSize = payload + 12, CRC over the size field and the payload."""
+
+from __future__ import annotations
+
+import gc
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from fmtfs.formats.beats.payload import PayloadError, opaque
+
+FRAME_OVERHEAD = 12
+_u32 = struct.Struct("<I")
+_footer = struct.Struct("<II")
+
+
+def encode_frame(payload: bytes) -> bytes:
+    size = len(payload) + FRAME_OVERHEAD
+    head = _u32.pack(size)
+    return head + payload + _footer.pack(zlib.crc32(payload, zlib.crc32(head)), size)
+
+
+# Why a walk stopped.
+MORE = "more"  # a record/byte limit was reached on a frame boundary
+END = "end"  # the buffer ended exactly on a frame boundary
+PARTIAL = "partial"  # the buffer ends inside a frame
+ZERO = "zero"  # a zero tail (size 0 and nothing but zeros after it)
+BAD = "bad"  # a damaged frame at `end`
+
+
+@dataclass
+class Walk:
+    records: list[Any] = field(default_factory=list)
+    positions: list[int] = field(default_factory=list)  # buffer offset of each frame (if asked)
+    end: int = 0  # buffer offset after the last good frame
+    status: str = END
+    error: str = ""
+    payload_errors: list[tuple[int, str]] = field(default_factory=list)  # (offset, message)
+
+
+def _all_zero(view: memoryview) -> bool:
+    return not bytes(view).strip(b"\0")
+
+
+def walk(
+    buf: memoryview,
+    i: int,
+    stop: int,
+    decode: Callable[[memoryview], Any],
+    max_records: int = 1 << 62,
+    max_bytes: int = 1 << 62,
+    positions: bool = False,
+) -> Walk:
+    """Check and decode frames of `buf[i:stop]`, stopping at a limit, at the
+    end of the data or at the first damaged frame."""
+    out = Walk()
+    byte_limit = i + max_bytes
+    status = END
+    # Thousands of fresh dicts per call would trigger the cyclic GC over and
+    # over (a third of the scan time); none of them can form a cycle.
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        i, status = _loop(buf, i, stop, decode, out, max_records, byte_limit, positions)
+    finally:
+        if gc_was_on:
+            gc.enable()
+    out.end = i
+    out.status = status
+    return out
+
+
+def _loop(buf, i, stop, decode, out, max_records, byte_limit, positions) -> tuple[int, str]:
+    records = out.records
+    append = records.append
+    where = out.positions.append if positions else None
+    unpack_u32 = _u32.unpack_from
+    unpack_footer = _footer.unpack_from
+    crc32 = zlib.crc32
+    status = END
+    while i < stop:
+        if len(records) >= max_records or i >= byte_limit:
+            status = MORE
+            break
+        if stop - i < 4:
+            status = ZERO if _all_zero(buf[i:stop]) else PARTIAL
+            break
+        (size,) = unpack_u32(buf, i)
+        if size <= FRAME_OVERHEAD:
+            if size == 0 and _all_zero(buf[i:stop]):
+                status = ZERO
+            else:
+                status = BAD
+                out.error = f"implausible frame size {size}"
+            break
+        nxt = i + size
+        if nxt > stop:
+            status = PARTIAL
+            break
+        crc, repeated = unpack_footer(buf, nxt - 8)
+        if repeated != size:
+            status, out.error = BAD, f"frame size {size} does not match its repeated size {repeated}"
+            break
+        if crc32(buf[i : nxt - 8]) != crc:
+            status, out.error = BAD, f"frame checksum mismatch (stored {crc:#010x})"
+            break
+        payload = buf[i + 4 : nxt - 8]
+        try:
+            append(decode(payload))
+        except PayloadError as exc:
+            append(opaque(payload))
+            out.payload_errors.append((i, str(exc)))
+        if where is not None:
+            where(i)
+        i = nxt
+    return i, status
+
+
+def first_frame_ok(buf: bytes, complete: bool) -> bool | None:
+    """Whether plaintext `buf` starts with a valid frame (None: too little
+    data to tell; `complete` says no more data follows `buf`).  Used to
+    confirm a key or a layout."""
+    if len(buf) < 4:
+        return False if complete and buf else None
+    (size,) = _u32.unpack_from(buf, 0)
+    if size <= FRAME_OVERHEAD:
+        return False
+    if size > len(buf):
+        return False if complete else None
+    crc, repeated = _footer.unpack_from(buf, size - 8)
+    return repeated == size and zlib.crc32(buf[: size - 8]) == crc

@@ -1,0 +1,195 @@
+"""Appending written lines to a shipped version-2 segment (spec §11).
+
+Order of a write, so that a crash at any moment leaves a segment Beats
+reads: the new frames are written after the last good frame and
+fdatasync'ed; only then is the header's frame count (offset 4, plaintext)
+raised.  A crash before the count update leaves frames Beats does not count
+yet (it reads the counted ones; fmtfs reads all whole frames).
+
+Encrypted segments continue the one CTR keystream at the plaintext offset
+where the new bytes start.  Compressed segments get new independent LZ4
+blocks in place of the old end mark, then a new end mark and an xxh32 over
+the whole content, in one write; a crash inside it leaves what Beats itself
+leaves after a crash (an LZ4 frame without end mark), whose old frames are
+intact and counted."""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+from fmtfs.formats.base import BadRecord, Writer
+from fmtfs.formats.beats import frames as fr
+from fmtfs.formats.beats import lz4stream
+from fmtfs.formats.beats.keys import ctr_xor
+from fmtfs.formats.beats.layout import OPT_ENCRYPTED, OPT_LZ4, new_header
+from fmtfs.formats.beats.payload import encode_line
+from fmtfs.formats.beats.segment import Segment
+
+# Beats' default MaxSegmentSize; a frame above it minus the header is rejected.
+MAX_SEGMENT_SIZE = 100 << 20
+MAX_FRAME = MAX_SEGMENT_SIZE - 12
+_u32 = struct.Struct("<I")
+
+
+def _skip(payload: memoryview) -> None:
+    return None
+
+
+def _torn(buf: memoryview | bytes, at: int) -> bool:
+    """Whether the damaged frame at `at` is the file's last: its size field
+    reaches to or past the end (a write cut short), not a bad frame with
+    more data behind it."""
+    size = int.from_bytes(bytes(buf[at : at + 4]), "little")
+    return at + size >= len(buf)
+
+
+class RefusedAppend(BadRecord):
+    """The segment's current bytes do not allow a safe append."""
+
+
+@dataclass
+class _Tail:
+    """Where the next frame goes, as of a known file identity."""
+
+    ident: tuple[int, int, int]
+    frames: int  # whole frames in the segment
+    p: int  # plaintext offset after the last frame (linear segments)
+    c: int = 0  # container offset of the LZ4 end mark / first free byte
+    content: bytes = b""  # LZ4 segments: the whole plaintext frame stream
+
+
+def create_segment(path: Path, options: int, key: bytes | None) -> None:
+    """A new, empty shipped-v2 segment (mode 0600, frame count 0).  With LZ4
+    it already holds an empty, closed LZ4 frame, so an append always
+    replaces an end mark."""
+    iv = os.urandom(16) if options & OPT_ENCRYPTED else None
+    body = b""
+    if options & OPT_LZ4:
+        body = lz4stream.BEATS_HEADER + lz4stream.END_MARK + _u32.pack(lz4stream.xxh32(b""))
+        if iv is not None:
+            if key is None:
+                raise ValueError("an encrypted segment needs the key")
+            body = ctr_xor(key, iv, 0, body)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, new_header(options, iv) + body)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class SegmentWriter(Writer):
+    def __init__(self, path: Path, key: bytes | None) -> None:
+        self.path = path
+        self.key = key
+        seg = Segment.open(path, key)
+        if not seg.header.writable:
+            raise ValueError(
+                f"{path.name}: version {seg.header.version} ({seg.header.layout}) segments are read-only"
+            )
+        self.header = seg.header
+        self._tail: _Tail | None = None
+        self._lz = self._lz4_header(seg) if seg.header.lz4_stream else None
+
+    def _lz4_header(self, seg: Segment) -> lz4stream.Lz4Header:
+        lz = lz4stream.parse_header(bytes(seg.read(0, min(seg.avail, 19))))
+        if lz.block_checksum or lz.content_size:
+            raise ValueError(
+                f"{self.path.name}: LZ4 frame with block checksums or a content size cannot be appended to"
+            )
+        return lz
+
+    # -- where to append -------------------------------------------------------
+
+    def _find_tail(self) -> _Tail:
+        st = os.stat(self.path)
+        ident = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if self._tail is not None and self._tail.ident == ident:
+            return self._tail
+        seg = Segment.open(self.path, self.key)
+        name = self.path.name
+        counted = seg.header.frame_count or 0
+        if self._lz is not None:
+            lz = self._lz
+            stop: list[lz4stream.Tail] = []
+            content = b"".join(b.data for b in lz4stream.blocks(seg.read, seg.avail, lz, lz.size, 0, stop))
+            if stop[0].kind == "bad":
+                raise RefusedAppend(f"{name}: damaged LZ4 data ({stop[0].error}); refusing to append")
+            w = fr.walk(memoryview(content), 0, len(content), _skip)
+            if w.status != fr.END:
+                raise RefusedAppend(
+                    f"{name}: the compressed frame stream ends inside a frame; refusing to append"
+                )
+            if len(w.records) < counted:
+                raise RefusedAppend(f"{name}: fewer whole frames than the header counts; refusing to append")
+            tail = _Tail(ident, len(w.records), len(content), stop[0].c, content)
+        else:
+            buf = seg.data[seg.header.data_offset :] if seg.header.iv is None else seg.read(0, seg.avail)
+            w = fr.walk(buf, 0, len(buf), _skip)
+            if w.status == fr.BAD and not _torn(buf, w.end):
+                raise RefusedAppend(
+                    f"{name}: damaged frame at plaintext offset {w.end} ({w.error}); refusing to append"
+                )
+            if len(w.records) < counted:
+                raise RefusedAppend(f"{name}: fewer whole frames than the header counts; refusing to append")
+            # A torn tail (the last frame, cut or garbled by a crash) after the
+            # counted frames is replaced below; damage with data after it is not.
+            tail = _Tail(ident, len(w.records), w.end)
+        self._tail = tail
+        return tail
+
+    # -- writing ---------------------------------------------------------------
+
+    def write(self, records: list) -> None:
+        proto = self.header.protobuf
+        payloads = [encode_line(r, proto) for r in records]
+        for payload in payloads:
+            if len(payload) + fr.FRAME_OVERHEAD > MAX_FRAME:
+                raise BadRecord(f"event of {len(payload)} bytes is larger than a segment may hold")
+        if not payloads:
+            return
+        tail = self._find_tail()
+        new = b"".join(fr.encode_frame(p) for p in payloads)
+        h = self.header
+        lz = self._lz
+        if lz is not None:
+            content = tail.content + new
+            body = lz4stream.encode_blocks(new, lz.max_block) + lz4stream.END_MARK
+            if lz.content_checksum:
+                body += _u32.pack(lz4stream.xxh32(content))
+            at = tail.c
+        else:
+            content = b""
+            body = new
+            at = tail.p
+        if h.iv is not None:
+            body = ctr_xor(self.key, h.iv, at, body)
+        count = tail.frames + len(payloads)
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            end = h.data_offset + at + len(body)
+            os.pwrite(fd, body, h.data_offset + at)
+            if os.fstat(fd).st_size > end:
+                os.ftruncate(fd, end)  # a torn tail after the last whole frame
+            os.fdatasync(fd)
+            os.pwrite(fd, _u32.pack(count), 4)
+        finally:
+            os.close(fd)
+        st = os.stat(self.path)
+        ident = (st.st_size, st.st_mtime_ns, st.st_ino)
+        if lz is not None:
+            self._tail = _Tail(
+                ident, count, len(content), at + len(body) - 4 - (4 if lz.content_checksum else 0), content
+            )
+        else:
+            self._tail = _Tail(ident, count, at + len(new))
+
+    def sync(self) -> None:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
