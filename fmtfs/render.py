@@ -26,6 +26,9 @@ def render_views(records_by_view: dict[str, list[Record]]) -> dict[str, bytes]:
     views (a wallaby record is in records.jsonl and in its bucket) is dumped
     once."""
     dumps = orjson.dumps
+    if len(records_by_view) == 1:  # nothing shared: skip the identity memo
+        ((view, records),) = records_by_view.items()
+        return {view: render_lines(records)}
     done: dict[int, bytes] = {}
     out = {}
     for view, records in records_by_view.items():
