@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs import __version__, parquet
-from fmtfs.formats.base import BadRecord, Format, Problem, ReadOnlyView, Record, Writer
+from fmtfs.formats.base import BadRecord, Format, FormatError, Problem, ReadOnlyView, Record, Writer
 from fmtfs.index import Index, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
 
@@ -102,20 +102,63 @@ class BytesFile(ViewFile):
 
 class ParquetFile(ViewFile):
     """The Parquet twin of a record view, built once per state of the view and
-    kept under the cache folder, so its size is exact and stable."""
+    kept under the cache folder, so its size is exact and stable.  The file
+    name carries the view's identity: a changed source gives a new file."""
 
     def __init__(self, tree: SourceTree, source: ViewFile, view: str) -> None:
         self.tree, self.source, self.view = tree, source, view
         self._path: Path | None = None
+        self._lock = threading.Lock()
 
     def path(self) -> Path:
         if self._path is None:
-            target = self.tree.parquet_dir / f"{digest(self.tree.source_key, self.source.identity())}.parquet"
-            if not target.exists():
-                schema = self.tree.format.parquet_schema(self.view)
-                parquet.write_parquet(self.source.records(), schema, target)
-            self._path = target
+            with self._lock:
+                if self._path is None:
+                    self._path = self._build()
         return self._path
+
+    def _build(self) -> Path:
+        from fmtfs import schemas
+
+        fmt = self.tree.format
+        prefix = digest(self.tree.source_key, self.view)[:16]
+        schema = fmt.parquet_schema(self.view)
+        keys = schemas.bytes_keys(fmt.name, self.view)
+
+        def build(target: Path) -> None:
+            parquet.write_parquet(self._records(), schema, target, keys)
+
+        for attempt in range(3):
+            identity = self.source.identity()
+            name = f"{prefix}-{digest(identity, parquet.VERSION)[:24]}.parquet"
+            target = parquet.build_once(self.tree.parquet_dir / name, build)
+            if self.source.identity() == identity or attempt == 2:
+                break
+            # the view grew while its records were read: the file may hold a
+            # newer state than its name says, so it is not kept under that name
+            target.unlink(missing_ok=True)
+        parquet.remove_older(self.tree.parquet_dir, prefix + "-", target)
+        return target
+
+    def _records(self):
+        """The view's record batches; an indexed view's chunks go through a
+        small shared memo, so sibling views (buckets) decode each chunk once."""
+        source = self.source
+        if not isinstance(source, IndexedFile):
+            yield from source.records()
+            return
+        from fmtfs.formats.base import Chunk
+
+        entry, view = source.entry, source.view
+        pieces = entry.views.get(view)
+        stream = entry.stream
+        for seq in list(pieces.seqs) if pieces else []:
+            meta = entry.chunks[seq]
+            key = (self.tree.source_key, stream.name, entry.identity, seq, meta.start, meta.end)
+            decoded = parquet.DECODED.get(
+                key, lambda m=meta: stream.decode(Chunk(m.start, m.end, m.state, {}))
+            )
+            yield decoded.get(view, [])
 
     def size(self) -> int:
         return self.path().stat().st_size
@@ -260,6 +303,7 @@ class SourceTree:
         self.entries = entries
         self._add_meta_files(files, deps)
         self.created -= set(files)
+        self.writable_views: dict[str, bool] = {}
         self.files = files
         self._index_dirs()
 
@@ -349,7 +393,19 @@ class SourceTree:
         return view.read(offset, size)
 
     def writable(self, path: str) -> bool:
-        return not self.readonly and not path.startswith(("_", PARQUET_DIR + "/"))
+        """Whether the view takes writes (its mode bits say so).  Asks the
+        format once per state of the tree: writers are cheap to construct."""
+        if self.readonly or path.startswith(("_", PARQUET_DIR + "/")) or path not in self.files:
+            return path in self.created
+        answer = self.writable_views.get(path)
+        if answer is None:
+            try:
+                self.format.writer(path, create=False)
+                answer = True
+            except (ReadOnlyView, FileNotFoundError, FormatError, BadRecord, OSError):
+                answer = False
+            self.writable_views[path] = answer
+        return answer
 
     def open_writer(self, path: str, create: bool) -> ViewWriter:
         """Raises ReadOnlyView (-> EROFS/EACCES) or FileNotFoundError."""

@@ -38,7 +38,7 @@ want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing fmtfs and its dependencies into $VENV"
     "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-    "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    "$VENV/bin/pip" install -q --config-settings editable_mode=compat -e "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
     "$VENV/bin/python" -c "import fmtfs, pyfuse3, pyspark" || { echo "setup: install failed" >&2; exit 1; }
     echo "$want" > "$stamp"
 fi

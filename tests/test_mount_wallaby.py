@@ -49,6 +49,10 @@ def test_mount_shows_exactly_what_fmtfs_cat_shows(source: Path, tmp_path: Path) 
                 for _ in range(10):
                     offset = rng.randrange(size + 1)
                     assert os.pread(f.fileno(), 65536, offset) == expected[offset : offset + 65536]
+        # mode bits say which views take writes
+        modes = {str(p.relative_to(mnt)): p.stat().st_mode & 0o777 for p in files}
+        assert modes[RECORDS] == 0o644
+        assert {m for n, m in modes.items() if n != RECORDS} == {0o444}
         listing = fmtfs("ls", source, "events.log", "--cache-dir", tmp_path / "cli-cache").stdout.decode()
         assert listing.splitlines() == ["buckets/", "records.jsonl"]
         assert sorted(os.listdir(mnt / "events.log")) == ["buckets", "records.jsonl"]

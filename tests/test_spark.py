@@ -1,0 +1,313 @@
+"""Spark over real mounts, and the fmtfs data source (local mode, no network).
+
+For every format whose sample generator exists, a generated source is
+mounted for real, and for every folder of record views:
+  - spark.read.json(folder) gives exactly the lines of the views (count,
+    a column checksum, every row), each file read as several byte ranges;
+  - spark.read.parquet(parquet/folder) gives the same number of rows, the
+    same checksum, typed columns;
+  - spark.read.format("fmtfs") over the native files gives the same
+    DataFrame as spark.read.json of the folder (schema and rows).
+One SparkSession serves the whole module (its start costs seconds)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import zlib
+from collections import Counter
+from pathlib import Path
+
+import orjson
+import pytest
+
+pyspark = pytest.importorskip("pyspark")
+from pyspark.sql import SparkSession  # noqa: E402
+from pyspark.sql import functions as F  # noqa: E402
+from pyspark.sql.types import (  # noqa: E402
+    ArrayType,
+    BinaryType,
+    DoubleType,
+    StringType,
+    StructType,
+    TimestampType,
+)
+
+from tests.mounting import mounted  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+MAX_PARTITION_BYTES = 32 * 1024
+# records per sample: views of a few hundred KB, so every view file spans
+# several byte ranges of MAX_PARTITION_BYTES without slowing the suite
+RECORDS = {"wallaby": 3000, "kestrel": 2000, "gvfs": 2000, "proio": 400, "beats": 2000}
+FORMATS = [f for f in RECORDS if importlib.util.find_spec(f"fmtfs.samples.{f}") is not None]
+
+
+@pytest.fixture(scope="module")
+def spark():
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    # Python workers find pyspark_fmtfs (static registration) on this path
+    path = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = f"{REPO}{os.pathsep}{path}" if path else str(REPO)
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("fmtfs-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.files.maxPartitionBytes", str(MAX_PARTITION_BYTES))
+        .config("spark.sql.files.openCostInBytes", "1024")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="module")
+def sources(tmp_path_factory):
+    """format -> (source path, cache dir, mount point), mounted for the module."""
+    from contextlib import ExitStack
+
+    out = {}
+    with ExitStack() as stack:
+        for name in FORMATS:
+            folder = tmp_path_factory.mktemp(f"src-{name}")
+            source = importlib.import_module(f"fmtfs.samples.{name}").generate(folder, RECORDS[name])
+            cache = tmp_path_factory.mktemp(f"cache-{name}")
+            mnt = stack.enter_context(mounted(source, "--time-bucket", "hour", cache_dir=cache))
+            out[name] = (source, cache, mnt)
+        yield out
+
+
+def view_folders(mnt: Path) -> dict[str, list[Path]]:
+    """Folder (relative to the mount) -> its record view files, outside parquet/."""
+    found: dict[str, list[Path]] = {}
+    for folder, dirs, files in os.walk(mnt):
+        rel = os.path.relpath(folder, mnt)
+        if rel == "parquet" or rel.startswith("parquet" + os.sep):
+            dirs[:] = []
+            continue
+        views = sorted(Path(folder) / f for f in files if f.endswith(".jsonl") and not f.startswith("_"))
+        if views:
+            found["" if rel == "." else rel] = views
+    return found
+
+
+def read_records(files: list[Path]) -> list[dict]:
+    return [orjson.loads(line) for f in files for line in f.read_bytes().splitlines()]
+
+
+def canonical(value):
+    """A row or record as comparable text: nulls dropped, keys sorted."""
+    if isinstance(value, dict):
+        return {k: canonical(v) for k, v in sorted(value.items()) if v is not None}
+    if isinstance(value, list):
+        return [canonical(v) for v in value]
+    return value
+
+
+def row_texts(rows) -> Counter:
+    return Counter(orjson.dumps(canonical(r.asDict(recursive=True))) for r in rows)
+
+
+def record_texts(records, schema: StructType) -> Counter:
+    return Counter(orjson.dumps(canonical(as_spark(r, schema))) for r in records)
+
+
+def as_spark(value, spark_type):
+    """A JSON value the way Spark's JSON reader holds it in `spark_type`:
+    a value of another kind in a string column is its JSON text."""
+    if value is None:
+        return None
+    if isinstance(spark_type, StringType):
+        return value if isinstance(value, str) else orjson.dumps(value).decode()
+    if isinstance(spark_type, StructType):
+        return {f.name: as_spark(value.get(f.name), f.dataType) for f in spark_type.fields}
+    if isinstance(spark_type, ArrayType):
+        return [as_spark(v, spark_type.elementType) for v in value]
+    if isinstance(spark_type, DoubleType):
+        return float(value)
+    return value
+
+
+def checksum_column(records: list[dict]) -> str | None:
+    """A top-level key whose values are all strings or integers (no floats,
+    whose text differs between Python and Spark)."""
+    keys = list(records[0]) if records else []
+    for key in keys:
+        values = [r.get(key) for r in records]
+        if all(v is None or (type(v) in (int, str)) for v in values) and any(v is not None for v in values):
+            return key
+    return None
+
+
+def expected_checksum(records: list[dict], key: str) -> int:
+    return sum(zlib.crc32(str(r[key]).encode()) for r in records if r.get(key) is not None)
+
+
+def spark_checksum(df, key: str) -> int:
+    if isinstance(df.schema[key].dataType, TimestampType):
+        return None  # a typed time: compared through the JSON text elsewhere
+    column = F.col(f"`{key}`")
+    if isinstance(df.schema[key].dataType, BinaryType):
+        text = column
+    else:
+        text = column.cast("string").cast("binary")
+    total = df.select(F.sum(F.crc32(text))).first()[0]
+    return int(total or 0)
+
+
+def ranges(files: list[Path]) -> int:
+    """How many byte ranges Spark reads these files in, at least (the short
+    tails of several files may share one partition)."""
+    return sum(max(1, f.stat().st_size // MAX_PARTITION_BYTES) for f in files)
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_spark_reads_json_views_over_the_mount(spark, sources, name) -> None:
+    _, _, mnt = sources[name]
+    folders = view_folders(mnt)
+    assert folders, f"{name}: the mount shows no record views"
+    for rel, files in folders.items():
+        expected = read_records(files)
+        df = spark.read.json(str(mnt / rel))
+        assert df.count() == len(expected), rel
+        big = [f for f in files if f.stat().st_size > 2 * MAX_PARTITION_BYTES]
+        if big:  # files are really read as several byte ranges
+            assert df.rdd.getNumPartitions() >= ranges(big), rel
+        key = checksum_column(expected)
+        if key is not None:
+            assert spark_checksum(df, key) == expected_checksum(expected, key), (rel, key)
+        assert row_texts(df.collect()) == record_texts(expected, df.schema), rel
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_spark_reads_parquet_twins_over_the_mount(spark, sources, name) -> None:
+    _, _, mnt = sources[name]
+    for rel, files in view_folders(mnt).items():
+        expected = read_records(files)
+        twins = [mnt / "parquet" / rel / (f.name[: -len(".jsonl")] + ".parquet") for f in files]
+        assert all(t.is_file() for t in twins), rel
+        df = spark.read.option("mergeSchema", "true").parquet(str(mnt / "parquet" / rel))
+        assert df.count() == len(expected), rel
+        key = checksum_column(expected)
+        if key is not None and key in df.columns and not isinstance(df.schema[key].dataType, BinaryType):
+            got = spark_checksum(df, key)
+            if got is not None:
+                assert got == expected_checksum(expected, key), (rel, key)
+        # times are typed: every top-level key whose values are RFC 3339 texts
+        times = [
+            k
+            for k in (expected[0] if expected else {})
+            if isinstance(expected[0][k], str) and k not in ("data",) and _is_time(expected, k)
+        ]
+        for k in times:
+            assert isinstance(df.schema[k].dataType, TimestampType), (rel, k)
+        # several row groups in a big twin: Spark reads it with several tasks
+        big = [t for t in twins if t.stat().st_size > 4 * MAX_PARTITION_BYTES]
+        if big:
+            one = spark.read.parquet(str(big[0]))
+            assert one.rdd.getNumPartitions() > 1, big[0]
+            assert one.count() == len(read_records([files[twins.index(big[0])]]))
+
+
+def _is_time(records: list[dict], key: str) -> bool:
+    import re
+
+    pattern = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d{3}|\.\d{6}|\.\d{9})?Z$")
+    values = [r.get(key) for r in records if r.get(key) is not None]
+    return (
+        bool(values)
+        and all(isinstance(v, str) and pattern.match(v) for v in values)
+        and (len({len(v) for v in values}) == 1)
+    )
+
+
+def test_data_source_found_without_register(spark, sources) -> None:
+    """pyspark_fmtfs.DefaultSource is registered by Spark itself."""
+    name = FORMATS[0]
+    source, cache, mnt = sources[name]
+    rel, files = next(iter(view_folders(mnt).items()))
+    df = spark.read.format("fmtfs").option("view", rel).option("cacheDir", str(cache)).load(str(source))
+    assert df.count() == len(read_records(files))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_data_source_equals_json_view(spark, sources, name) -> None:
+    from fmtfs.spark import FmtfsDataSource
+
+    spark.dataSource.register(FmtfsDataSource)
+    source, cache, mnt = sources[name]
+    for rel, files in view_folders(mnt).items():
+        json_df = spark.read.json(str(mnt / rel))
+        df = (
+            spark.read.format("fmtfs")
+            .option("format", name)
+            .option("view", rel)
+            .option("timeBucket", "hour")
+            .option("cacheDir", str(cache))
+            .load(str(source))
+        )
+        assert df.schema.simpleString() == json_df.schema.simpleString(), rel
+        assert df.count() == json_df.count() == len(read_records(files)), rel
+        assert df.exceptAll(json_df).count() == 0, rel
+        assert json_df.exceptAll(df).count() == 0, rel
+
+
+def test_data_source_one_partition_per_chunk(spark, sources) -> None:
+    """Partitions come from the chunk index, not from the file sizes."""
+    from fmtfs.spark import FmtfsDataSource, open_tree, plan_partitions, view_files
+
+    spark.dataSource.register(FmtfsDataSource)
+    name = FORMATS[0]
+    source, cache, mnt = sources[name]
+    rel = max(view_folders(mnt).items(), key=lambda item: sum(f.stat().st_size for f in item[1]))[0]
+    opts = {"path": str(source), "view": rel, "cachedir": str(cache), "timebucket": "hour"}
+    tree = open_tree(opts)
+    parts = plan_partitions(tree, view_files(tree, rel))
+    df = spark.read.format("fmtfs").option("view", rel).option("cacheDir", str(cache)).load(str(source))
+    chunks = sum(len(p.chunks) if hasattr(p, "chunks") else 1 for p in parts)
+    assert df.rdd.getNumPartitions() == len(parts) == chunks >= 1
+    # grouped: fewer tasks, the same rows
+    grouped = (
+        spark.read.format("fmtfs")
+        .option("view", rel)
+        .option("cacheDir", str(cache))
+        .option("chunksPerPartition", "3")
+        .load(str(source))
+    )
+    assert grouped.rdd.getNumPartitions() == len(plan_partitions(tree, view_files(tree, rel), 3))
+    assert grouped.count() == df.count() and grouped.exceptAll(df).count() == 0
+
+
+def test_data_source_typed_equals_parquet_twin(spark, sources) -> None:
+    from fmtfs.spark import FmtfsDataSource
+
+    spark.dataSource.register(FmtfsDataSource)
+    name = FORMATS[0]
+    source, cache, mnt = sources[name]
+    for rel, files in view_folders(mnt).items():
+        for view in files:
+            rel_view = f"{rel}/{view.name}" if rel else view.name
+            twin = mnt / "parquet" / (rel_view[: -len(".jsonl")] + ".parquet")
+            pq_df = spark.read.parquet(str(twin))
+            df = (
+                spark.read.format("fmtfs")
+                .option("view", rel_view)
+                .option("types", "parquet")
+                .option("cacheDir", str(cache))
+                .load(str(source))
+            )
+            assert [f.name for f in df.schema] == [f.name for f in pq_df.schema], rel_view
+            assert df.schema == pq_df.schema or _same_types(df.schema, pq_df.schema), rel_view
+            assert df.count() == pq_df.count()
+            assert df.exceptAll(pq_df).count() == 0 and pq_df.exceptAll(df).count() == 0, rel_view
+            return
+
+
+def _same_types(a: StructType, b: StructType) -> bool:
+    return [f.dataType.simpleString() for f in a] == [f.dataType.simpleString() for f in b]
