@@ -14,10 +14,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from fmtfs import schemas
 from fmtfs.formats.base import DerivedRender, Format, FormatError, ReadOnlyView, Stream, Writer
 from fmtfs.formats.proio import wire
 from fmtfs.formats.proio.reader import ProioStream, _Source, summary, walk_heads
-from fmtfs.formats.proio.schema import Resolver, bundled, load_descriptor_set
+from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descriptor_set
 from fmtfs.formats.proio.writer import ProioWriter
 from fmtfs.shape import decode_name, encode_name
 
@@ -79,6 +80,25 @@ class ProioFormat(Format):
         for path in paths:
             views[f"{encode_name(path.name)}/_summary.txt"] = lambda p=path: summary([p])
         return views
+
+    def parquet_schema(self, view_path: str) -> Any:
+        """`<file>/types/<type>.jsonl` twins are typed by the message
+        descriptor (from the stream's headers, then the fallbacks)."""
+        parts = view_path.split("/")
+        if len(parts) != 3 or parts[1] != "types" or not parts[2].endswith(".jsonl"):
+            return None
+        path = {encode_name(p.name): p for p in self._paths()}.get(parts[0])
+        if path is None:
+            return None
+        src = _Source(path)
+        try:
+            blobs = [blob for head in walk_heads(src.buf, src.length) for blob in head.descriptors]
+        finally:
+            src.close()
+        found = Resolvers(Resolver(blobs) if blobs else None, self._fallbacks).lookup(
+            decode_name(parts[2][: -len(".jsonl")])
+        )
+        return schemas.proio_type_view_schema(found.cls.DESCRIPTOR) if found is not None else None
 
     def info(self) -> dict[str, Any]:
         streams = {}
