@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, Record, State, Stream, Writer
+from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
+from fmtfs.formats.files import fsync_path, read_prefix
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
 
 LOG_MAGIC = b"LOG\x01"
@@ -36,16 +37,8 @@ def index_path(log: Path) -> Path:
     return log.with_name(log.name + ".idx")
 
 
-def _read_prefix(path: Path, size: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(size)
-    except OSError:
-        return b""
-
-
 def is_log(path: Path) -> bool:
-    return path.is_file() and not path.name.endswith(".idx") and _read_prefix(path, 4) == LOG_MAGIC
+    return path.is_file() and not path.name.endswith(".idx") and read_prefix(path, 4) == LOG_MAGIC
 
 
 def chain_ends_cleanly(data: bytes | mmap.mmap, header: int) -> bool:
@@ -64,7 +57,7 @@ def chain_ends_cleanly(data: bytes | mmap.mmap, header: int) -> bool:
 
 def log_header_size(log: Path, data: bytes | mmap.mmap) -> int:
     """8 (as wal.go writes) or 16 (as the document draws it)."""
-    idx = _read_prefix(index_path(log), 16 + INDEX_RECORD.size)
+    idx = read_prefix(index_path(log), 16 + INDEX_RECORD.size)
     if len(idx) == 16 + INDEX_RECORD.size and idx[:4] == IDX_MAGIC:
         _, _, first = INDEX_RECORD.unpack_from(idx, 16)
         if first in (8, 16):
@@ -243,8 +236,6 @@ class WallabyFormat(Format):
                 if create:
                     raise FileExistsError(view_path)
                 return WallabyWriter(log)
-        from fmtfs.formats.base import ReadOnlyView
-
         raise ReadOnlyView(f"{view_path}: only <name>/records.jsonl takes appended records")
 
 
@@ -381,9 +372,5 @@ class WallabyWriter(Writer):
             f.write(b"".join(idx_bytes))
 
     def sync(self) -> None:
-        for path in (self.log, self.idx):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+        fsync_path(self.log)
+        fsync_path(self.idx)

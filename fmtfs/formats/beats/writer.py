@@ -27,6 +27,7 @@ from fmtfs.formats.beats.keys import ctr_xor
 from fmtfs.formats.beats.layout import OPT_ENCRYPTED, OPT_LZ4, new_header
 from fmtfs.formats.beats.payload import encode_line
 from fmtfs.formats.beats.segment import Segment
+from fmtfs.formats.files import fsync_path
 
 # Beats' default MaxSegmentSize; a frame above it minus the header is rejected.
 MAX_SEGMENT_SIZE = 100 << 20
@@ -188,8 +189,4 @@ class SegmentWriter(Writer):
             self._tail = _Tail(ident, count, at + len(new))
 
     def sync(self) -> None:
-        fd = os.open(self.path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_path(self.path)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fmtfs.formats.base import BadRecord
+from fmtfs.formats.files import fsync_path, read_prefix
 from fmtfs.formats.gvfs.journal import (
     JOURNAL_MAGIC,
     NUM_ENTRIES_OFFSET,
@@ -66,14 +67,6 @@ class Catalog:
     ignored: list[str]  # temporaries, backups, rotated trees, stale journals
 
 
-def _head(path: Path, size: int) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(size)
-    except OSError:
-        return b""
-
-
 def catalog(folder: Path) -> Catalog:
     try:
         entries = sorted(
@@ -86,7 +79,7 @@ def catalog(folder: Path) -> Catalog:
     journals: list[str] = []
     ignored: list[str] = []
     for e in entries:
-        head = _head(Path(e.path), HEADER_SIZE)
+        head = read_prefix(Path(e.path), HEADER_SIZE)
         if head.startswith(JOURNAL_MAGIC):
             journals.append(e.name)
             continue
@@ -299,14 +292,7 @@ def _append_fitting(jpath: Path, tag: int, entries: list[bytes]) -> int:
 
 
 def sync_journal(tree_path: Path) -> None:
-    header = read_header(_head(tree_path, HEADER_SIZE))
+    header = read_header(read_prefix(tree_path, HEADER_SIZE))
     if header is None:
         return
-    try:
-        fd = os.open(tree_path.with_name(journal_name(tree_path.name, header.tag)), os.O_RDONLY)
-    except FileNotFoundError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    fsync_path(tree_path.with_name(journal_name(tree_path.name, header.tag)), missing_ok=True)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import BadRecord
+from fmtfs.formats.files import fsync_dir
 from fmtfs.formats.kestrel.files import map_file
 from fmtfs.formats.kestrel.records import (
     I64_MAX,
@@ -120,16 +121,3 @@ def rewrite_reader(folder: Path, file_name: str, head: int, done: list[int]) -> 
         raise
     fsync_dir(folder)  # beyond what kestrel does: the rename survives a crash
     return target
-
-
-def fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)

@@ -11,8 +11,9 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import BadRecord, Record, Writer
+from fmtfs.formats.files import fsync_dir
 from fmtfs.formats.kestrel.files import WriterFile, map_file, scan_folder
-from fmtfs.formats.kestrel.readers import fsync_dir, rewrite_reader, validate_state
+from fmtfs.formats.kestrel.readers import rewrite_reader, validate_state
 from fmtfs.formats.kestrel.records import (
     I32_MAX,
     I32_MIN,

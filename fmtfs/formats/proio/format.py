@@ -16,6 +16,7 @@ from typing import Any
 
 from fmtfs import schemas
 from fmtfs.formats.base import DerivedRender, Format, FormatError, ReadOnlyView, Stream, Writer
+from fmtfs.formats.files import read_prefix
 from fmtfs.formats.proio import wire
 from fmtfs.formats.proio.reader import ProioStream, _Source, summary, walk_heads
 from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descriptor_set
@@ -23,16 +24,8 @@ from fmtfs.formats.proio.writer import ProioWriter
 from fmtfs.shape import decode_name, encode_name
 
 
-def _starts_with_magic(path: Path) -> bool:
-    try:
-        with open(path, "rb") as f:
-            return f.read(len(wire.MAGIC)) == wire.MAGIC
-    except OSError:
-        return False
-
-
 def _is_stream(path: Path) -> bool:
-    return path.is_file() and (path.suffix == ".proio" or _starts_with_magic(path))
+    return path.is_file() and (path.suffix == ".proio" or read_prefix(path, len(wire.MAGIC)) == wire.MAGIC)
 
 
 class ProioFormat(Format):
@@ -55,9 +48,11 @@ class ProioFormat(Format):
     @classmethod
     def detect(cls, source: Path) -> bool:
         if source.is_file():
-            return _starts_with_magic(source)
+            return read_prefix(source, len(wire.MAGIC)) == wire.MAGIC
         if source.is_dir():
-            return any(p.is_file() and _starts_with_magic(p) for p in source.iterdir())
+            return any(
+                p.is_file() and read_prefix(p, len(wire.MAGIC)) == wire.MAGIC for p in source.iterdir()
+            )
         return False
 
     def _paths(self) -> list[Path]:
