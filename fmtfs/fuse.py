@@ -195,6 +195,9 @@ class FmtfsOperations(pyfuse3.Operations):
         writer = None
         if flags & (os.O_WRONLY | os.O_RDWR):
             writer = await trio.to_thread.run_sync(self.tree.open_writer, path, False)
+            if flags & os.O_TRUNC and writer.writer.mode == "append" and self.tree.size(path):
+                # the native formats are append-only: `>` cannot replace a view, use `>>`
+                raise pyfuse3.FUSEError(errno.EPERM)
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
         # writes go straight to us so a refused line fails the writer's write();
         # reads keep the page cache (mmap works) but drop it on every open.
@@ -249,6 +252,12 @@ class FmtfsOperations(pyfuse3.Operations):
             finally:
                 with self.tree.lock:
                     self.tree.created.discard(path)
+
+    async def _refuse(self, *args, **kwargs):
+        """The tree mirrors the native files: no names are made or removed."""
+        raise pyfuse3.FUSEError(errno.EPERM)
+
+    unlink = rmdir = mkdir = rename = symlink = link = mknod = _refuse
 
     async def statfs(self, ctx):
         result = pyfuse3.StatvfsData()

@@ -133,6 +133,23 @@ def test_bad_line_fails_the_write_with_einval_and_writes_nothing(source: Path) -
         assert orjson.loads((mnt / "_fmtfs.json").read_bytes())["errors"] == 4
 
 
+def test_truncation_and_names_are_refused(source: Path) -> None:
+    log = source / "events.log"
+    before = log.read_bytes()
+    with mounted(source) as mnt:
+        for action in (
+            lambda: open(mnt / RECORDS, "wb").close(),  # `>`: the log is append-only
+            lambda: (mnt / RECORDS).unlink(),
+            lambda: (mnt / "new").mkdir(),
+            lambda: (mnt / "_fmtfs.json").rename(mnt / "x.json"),
+        ):
+            with pytest.raises(OSError) as caught:
+                action()
+            assert caught.value.errno == errno.EPERM
+        assert (mnt / RECORDS).stat().st_size > 0
+    assert log.read_bytes() == before
+
+
 def test_read_only_mount_and_read_only_views(source: Path) -> None:
     with mounted(source, "-o", "ro") as mnt:
         with pytest.raises(OSError) as caught:
