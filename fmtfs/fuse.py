@@ -41,7 +41,7 @@ def _errors_to_fuse(handler):
             raise pyfuse3.FUSEError(errno.EEXIST) from None
         except ReadOnlyView as exc:
             log.info("refused: %s", exc)
-            raise pyfuse3.FUSEError(errno.EROFS if "read-only" in str(exc) else errno.EACCES) from None
+            raise pyfuse3.FUSEError(errno.EROFS if exc.read_only_kind else errno.EACCES) from None
         except (BadRecord, ValueError) as exc:
             log.warning("invalid write: %s", exc)
             raise pyfuse3.FUSEError(errno.EINVAL) from None

@@ -410,7 +410,7 @@ class SourceTree:
     def open_writer(self, path: str, create: bool) -> ViewWriter:
         """Raises ReadOnlyView (-> EROFS/EACCES) or FileNotFoundError."""
         if self.readonly:
-            raise ReadOnlyView(f"{path}: mounted read-only")
+            raise ReadOnlyView(f"{path}: mounted read-only", read_only_kind=True)
         if path.startswith(("_", PARQUET_DIR + "/")):
             raise ReadOnlyView(f"{path}: this view cannot be written")
         writer = self.format.writer(path, create)

@@ -46,7 +46,12 @@ class BadRecord(ValueError):
 
 
 class ReadOnlyView(Exception):
-    """The view exists but cannot be written (-> EROFS / EACCES)."""
+    """The view exists but cannot be written: EACCES, or EROFS when the
+    whole kind of file is read-only (a legacy journal, a `-o ro` mount)."""
+
+    def __init__(self, message: str, read_only_kind: bool = False) -> None:
+        super().__init__(message)
+        self.read_only_kind = read_only_kind
 
 
 @dataclass(frozen=True)

@@ -170,7 +170,7 @@ class KestrelFormat(Format):
         queues = {encode_name(name): queue for name, queue in self._queues().items()}
         queue = queues.get(parts[0]) if parts else None
         if len(parts) == 2 and parts[1] == "items.jsonl" and queue and queue.legacy:
-            raise ReadOnlyView(view_path)
+            raise ReadOnlyView(f"{view_path}: kestrel 2.x queues are read-only", read_only_kind=True)
         if queue is None or len(parts) != 3:
             raise FileNotFoundError(view_path)
         kind, leaf = parts[1], parts[2]
@@ -183,7 +183,7 @@ class KestrelFormat(Format):
                     raise ReadOnlyView(f"{view_path}: not the newest writer file of the queue")
                 return PutWriter(self.source, queue.name, self._journal_size())
             if any(encode_name(f.path.name) == stem for f in queue.legacy):
-                raise ReadOnlyView(f"{view_path}: kestrel 2.x journals are read-only")
+                raise ReadOnlyView(f"{view_path}: kestrel 2.x journals are read-only", read_only_kind=True)
             raise FileNotFoundError(view_path)
         if kind == "readers" and leaf.endswith(".json"):
             stem = leaf[: -len(".json")]
