@@ -180,11 +180,23 @@ class Index:
                 and entry.identity.inode == identity.inode
                 and entry.identity.size <= identity.size
             )
-            if grown:
-                entry.stream = stream
-                self._resume(entry, identity)
-            else:
-                entry = self._rescan(stream, identity)
+            try:
+                if grown:
+                    entry.stream = stream
+                    self._resume(entry, identity)
+                else:
+                    entry = self._rescan(stream, identity)
+            except BaseException:
+                # a half-scanned entry must not be trusted later: start over next time
+                self.db.rollback()
+                self.entries.pop(stream.name, None)
+                row = self.db.execute(
+                    "SELECT id FROM streams WHERE source=? AND name=?", (self.source_key, stream.name)
+                ).fetchone()
+                if row is not None:
+                    self._delete_rows(row[0])
+                    self.db.commit()
+                raise
             self.entries[stream.name] = entry
             self.rendered.drop_stream(stream.name)
             return entry, True

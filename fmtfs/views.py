@@ -239,6 +239,7 @@ class SourceTree:
         self.write_errors: list[Problem] = []
         self.snapshot: tuple | None = None
         self.entries: list[StreamEntry] = []
+        self.index_failures: list[Problem] = []
         self.checked = 0.0
         self.generation = 0  # bumps whenever the tree is rebuilt
         self.refresh(force=True)
@@ -289,8 +290,14 @@ class SourceTree:
         files: dict[str, ViewFile] = {}
         streams = self.format.streams()
         entries: list[StreamEntry] = []
+        self.index_failures: list[Problem] = []
         for stream in streams:
-            entry, _ = self.index.update(stream)
+            try:
+                entry, _ = self.index.update(stream)
+            except Exception as exc:  # a decoder bug must not take the whole mount down
+                log.exception("indexing %s failed", stream.path)
+                self.index_failures.append(Problem(stream.path.name, 0, f"cannot decode this file: {exc}"))
+                continue
             entries.append(entry)
             for view in entry.views:
                 files[view] = IndexedFile(self.index, entry, view)
@@ -340,7 +347,7 @@ class SourceTree:
 
     def _all_problems(self, entries: list[StreamEntry]) -> list[Problem]:
         problems = [p for e in entries for p in e.problems]
-        return problems + self.format.problems() + self.write_errors
+        return problems + self.index_failures + self.format.problems() + self.write_errors
 
     def _errors(self, entries: list[StreamEntry]) -> bytes:
         return render_lines(

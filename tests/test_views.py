@@ -153,3 +153,23 @@ def test_missing_or_lagging_index_does_not_hide_records(sample: Path, tmp_path: 
     assert whole(tree_of(copy, tmp_path / "b"), "events.log/records.jsonl") == expected
     idx.unlink()
     assert whole(tree_of(copy, tmp_path / "c"), "events.log/records.jsonl") == expected
+
+
+def test_a_decoder_failure_is_reported_not_fatal(sample: Path, tmp_path: Path, monkeypatch) -> None:
+    calls = []
+
+    def broken(self, start, state):
+        calls.append(start)
+        yield from []
+        raise RuntimeError("decoder bug")
+
+    monkeypatch.setattr(WallabyLog, "scan", broken)
+    tree = tree_of(sample, tmp_path)
+    errors = [orjson.loads(line) for line in whole(tree, "_errors.jsonl").splitlines()]
+    assert errors == [{"file": "events.log", "offset": 0, "error": "cannot decode this file: decoder bug"}]
+    assert "events.log/records.jsonl" not in tree.files and "_fmtfs.json" in tree.files
+    monkeypatch.undo()
+    # nothing half-scanned was kept: the next look indexes the file whole
+    tree.snapshot = None
+    tree.refresh(force=True)
+    assert whole(tree, "events.log/records.jsonl").count(b"\n") == 12_000
