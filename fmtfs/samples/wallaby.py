@@ -10,7 +10,7 @@ from fmtfs.formats.wallaby import WallabyWriter, create_pair
 START_NS = 1_431_900_000_123_456_789  # 2015-05-17T22:00:00.123456789Z
 
 
-def generate(folder: Path, records: int, name: str = "events.log", step_ns: int = 7_000_000_000) -> Path:
+def generate(folder: Path, records: int, name: str = "events.log", step_ns: int = 61_000_000_000) -> Path:
     log = folder / name
     create_pair(log)
     writer = WallabyWriter(log)
