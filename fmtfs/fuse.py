@@ -18,7 +18,7 @@ import pyfuse3
 import trio
 
 from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
-from fmtfs.views import META_ERRORS, META_INFO, SourceTree, ViewWriter
+from fmtfs.views import META_ERRORS, META_INFO, IndexedFile, SourceTree, ViewWriter
 
 log = logging.getLogger("fmtfs")
 
@@ -113,6 +113,10 @@ class FmtfsOperations(pyfuse3.Operations):
             entry.st_nlink = 2
             entry.st_size = 0
         elif self.tree.exists(path):
+            if not isinstance(self.tree.file(path), IndexedFile):
+                # derived and meta files change with every write and are cheap
+                # to stat: never let the kernel answer for them from its cache
+                entry.attr_timeout = 0
             entry.st_mode = stat.S_IFREG | (0o644 if self.tree.writable(path) else 0o444)
             entry.st_nlink = 1
             entry.st_size = self.tree.size(path)
@@ -222,22 +226,22 @@ class FmtfsOperations(pyfuse3.Operations):
 
     @_errors_to_fuse
     async def write(self, fh, off, buf):
-        writer = self.handles[fh][1]
+        path, writer = self.handles[fh]
         if writer is None:
             raise pyfuse3.FUSEError(errno.EBADF)
         try:
-            await trio.to_thread.run_sync(writer.write, bytes(buf))
+            changed = await trio.to_thread.run_sync(writer.write, bytes(buf), off)
         except BadRecord:
             self._invalidate_later({META_ERRORS, META_INFO})
             raise
-        self._invalidate_later({writer.path})
+        self._invalidate_later(changed | {path})
         return len(buf)
 
     @_errors_to_fuse
     async def flush(self, fh):
         writer = self.handles[fh][1]
         if writer is not None:
-            await trio.to_thread.run_sync(writer.flush)
+            self._invalidate_later(await trio.to_thread.run_sync(writer.flush))
 
     @_errors_to_fuse
     async def fsync(self, fh, datasync):
@@ -248,7 +252,7 @@ class FmtfsOperations(pyfuse3.Operations):
         path, writer = self.handles.pop(fh, (None, None))
         if writer is not None:
             try:
-                await trio.to_thread.run_sync(writer.flush)
+                self._invalidate_later(await trio.to_thread.run_sync(writer.release) | {META_ERRORS})
             finally:
                 with self.tree.lock:
                     self.tree.created.discard(path)

@@ -170,6 +170,7 @@ class Index:
             if entry is None:
                 entry = self._load(stream, identity)
                 if entry is not None and entry.identity == identity:
+                    self._add_fixed_views(entry)
                     self.entries[stream.name] = entry
                     return entry, True
             elif entry.identity == identity:
@@ -291,8 +292,7 @@ class Index:
                 entry.views.setdefault(view, ViewPieces()).add(seq, len(data))
                 if data:
                     piece_rows.append((entry.row_id, view, seq, len(data)))
-        for view in entry.stream.view_paths():
-            entry.views.setdefault(view, ViewPieces())
+        self._add_fixed_views(entry)
         entry.identity = identity
         with self.db:
             self.db.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", chunk_rows)
@@ -302,6 +302,12 @@ class Index:
                 "UPDATE streams SET inode=?, size=?, mtime_ns=? WHERE id=?",
                 (identity.inode, identity.size, identity.mtime_ns, entry.row_id),
             )
+
+    @staticmethod
+    def _add_fixed_views(entry: StreamEntry) -> None:
+        """Views a stream has even while empty (no pieces are stored for them)."""
+        for view in entry.stream.view_paths():
+            entry.views.setdefault(view, ViewPieces())
 
     def _delete_rows(self, row_id: int) -> None:
         for table in ("chunks", "pieces", "problems"):

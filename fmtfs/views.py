@@ -12,6 +12,8 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from fmtfs import __version__, parquet
 from fmtfs.formats.base import BadRecord, Format, FormatError, Problem, ReadOnlyView, Record, Writer
 from fmtfs.index import Index, StreamEntry, digest
@@ -170,52 +172,102 @@ class ParquetFile(ViewFile):
 
 
 class ViewWriter:
-    """One open, writable view: carries partial lines between write() calls."""
+    """One open, writable view.
+
+    Append views encode every complete line at write().  A last line without
+    its newline waits: it is encoded at a flush (any close of a descriptor,
+    fsync) once it is a whole JSON object, else at the final close
+    (release), so a child process closing an inherited descriptor never cuts
+    a line in two.  Replace views (a whole kestrel reader document) are
+    applied as soon as the written text is one whole JSON object.
+
+    Every method returns the view paths whose bytes changed, for the FUSE
+    layer to invalidate."""
 
     def __init__(self, tree: SourceTree, path: str, writer: Writer) -> None:
         self.tree, self.path, self.writer = tree, path, writer
         self.buffer = b""
-        self.written = 0
+        self.offset = 0  # where the buffered bytes were written in the view
+        self.applied = b""  # the replace document last applied
 
-    def write(self, data: bytes) -> None:
-        """Encode the complete lines; raise BadRecord (-> EINVAL) writing nothing."""
-        if self.writer.mode == "replace":
-            self.buffer += data
-            return
+    def write(self, data: bytes, offset: int = 0) -> set[str]:
+        """Raise BadRecord (-> EINVAL) with nothing of `data` encoded."""
         pending = self.buffer + data
-        cut = pending.rfind(b"\n") + 1
-        if cut:
-            self._encode(pending[:cut])
-        self.buffer = pending[cut:]
-
-    def flush(self) -> None:
-        """close()/fsync(): encode what is left and sync the native files."""
+        start = offset - len(self.buffer)
         if self.writer.mode == "replace":
-            if self.buffer.strip():
-                self._encode(self.buffer, whole=True)
-            self.buffer = b""
-        elif self.buffer.strip():
+            self._refuse_if_not_an_object(pending, start)
+            document = _whole_object(pending)
+            changed = set()
+            if document is not None and pending.strip() != self.applied.strip():
+                changed = self._encode([document], start)
+                self.applied = pending
+            self.buffer = pending
+            return changed
+        cut = pending.rfind(b"\n") + 1
+        # a tail that cannot begin a JSON object can never become a line
+        self._refuse_if_not_an_object(pending[cut:], start + cut)
+        changed = self._encode_lines(pending[:cut], start) if cut else set()
+        self.buffer, self.offset = pending[cut:], start + cut
+        return changed
+
+    def flush(self) -> set[str]:
+        changed = set()
+        if self.writer.mode == "append" and _whole_object(self.buffer) is not None:
             data, self.buffer = self.buffer, b""
-            self._encode(data)
+            changed = self._encode_lines(data, self.offset)
         self.writer.sync()
+        return changed
 
-    def _encode(self, data: bytes, whole: bool = False) -> None:
+    def release(self) -> set[str]:
+        """The last close: whatever is left is encoded or reported (a
+        release cannot fail a system call any more)."""
+        changed: set[str] = set()
         try:
-            records = parse_lines(data) if not whole else [_one_document(data)]
-            if records:
+            if self.writer.mode == "append" and self.buffer.strip():
+                data, self.buffer = self.buffer, b""
+                changed = self._encode_lines(data, self.offset)
+            elif self.writer.mode == "replace" and self.buffer.strip() and not self.applied:
+                self._refuse("the written document is not one whole JSON object", self.offset)
+        except BadRecord:
+            pass  # already in the log and _errors.jsonl
+        self.writer.sync()
+        return changed
+
+    def _refuse_if_not_an_object(self, text: bytes, offset: int) -> None:
+        head = text.lstrip()[:1]
+        if head and head != b"{":
+            self._refuse("expected a JSON object", offset)
+
+    def _refuse(self, reason: str, offset: int) -> None:
+        self.tree.record_write_error(self.path, offset, reason)
+        raise BadRecord(reason)
+
+    def _encode_lines(self, data: bytes, offset: int) -> set[str]:
+        try:
+            records = parse_lines(data)
+        except ValueError as exc:
+            self._refuse(str(exc), offset)
+        return self._encode(records, offset) if records else set()
+
+    def _encode(self, records: list[Record], offset: int) -> set[str]:
+        # one writer at a time per source: the native formats have one producer
+        with self.tree.write_lock:
+            try:
                 self.writer.write(records)
-        except (BadRecord, ValueError) as exc:
-            self.tree.record_write_error(self.path, self.written, str(exc))
-            raise BadRecord(str(exc)) from None
-        self.written += len(data)
-        self.tree.refresh(force=True)
+            except BadRecord as exc:
+                self._refuse(str(exc), offset)
+            return self.tree.refresh(force=True)
 
 
-def _one_document(data: bytes) -> Record:
-    records = parse_lines(data.replace(b"\n", b" "))
-    if len(records) != 1:
-        raise ValueError("expected one JSON object")
-    return records[0]
+def _whole_object(text: bytes) -> Record | None:
+    """`text` as one JSON object, or None while it is not (yet) one."""
+    if not text.strip():
+        return None
+    try:
+        value = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
 
 
 class SourceTree:
@@ -233,6 +285,7 @@ class SourceTree:
         self.parquet_dir = cache_dir / "parquet"
         self.parquet_dir.mkdir(parents=True, exist_ok=True)
         self.lock = threading.RLock()
+        self.write_lock = threading.Lock()
         self.files: dict[str, ViewFile] = {}
         self.dirs: dict[str, list[str]] = {"": []}
         self.created: set[str] = set()  # new views opened for writing, not yet in the source

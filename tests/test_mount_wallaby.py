@@ -110,6 +110,21 @@ def test_write_through_encodes_log_and_index_records(source: Path) -> None:
     assert logged == stamp and log.read_bytes()[offset + 16 : offset + 16 + size] == b"first"
 
 
+def test_a_partial_line_survives_a_child_closing_its_descriptor(source: Path) -> None:
+    with mounted(source) as mnt:
+        view = mnt / RECORDS
+        script = (
+            f'exec 3>>"{view}"; printf %s \'{{"data":"sp\' >&3; /bin/true; printf %s \'lit"}}\' >&3; echo >&3'
+        )
+        subprocess.run(["bash", "-c", script], check=True)
+        assert orjson.loads(view.read_bytes().splitlines()[-1])["data"] == "split"
+        assert (mnt / "_errors.jsonl").read_bytes() == b""
+        # a line left without its newline is encoded at the close
+        with open(view, "ab") as f:
+            f.write(b'{"data": "last"}')
+        assert orjson.loads(view.read_bytes().splitlines()[-1])["data"] == "last"
+
+
 def test_bad_line_fails_the_write_with_einval_and_writes_nothing(source: Path) -> None:
     log = source / "events.log"
     before = (log.read_bytes(), index_path(log).read_bytes())
@@ -121,6 +136,7 @@ def test_bad_line_fails_the_write_with_einval_and_writes_nothing(source: Path) -
                 b'{"data": 1}\n',
                 b"[1]\n",
                 b'{"time": "soon", "data": "x"}\n',
+                b'{"data": "ok"}\ngarbage without a newline',  # can never become an object
             ):
                 with pytest.raises(OSError) as caught:
                     os.write(fd, bad)
@@ -129,8 +145,12 @@ def test_bad_line_fails_the_write_with_einval_and_writes_nothing(source: Path) -
             os.close(fd)
         assert (log.read_bytes(), index_path(log).read_bytes()) == before
         errors = [orjson.loads(x) for x in (mnt / "_errors.jsonl").read_bytes().splitlines()]
-        assert len(errors) == 4 and all(e["file"] == RECORDS for e in errors)
-        assert orjson.loads((mnt / "_fmtfs.json").read_bytes())["errors"] == 4
+        assert len(errors) == 5 and all(e["file"] == RECORDS for e in errors)
+        # offsets in the view: each write started at its (unchanged) end; the
+        # last one's refused part starts after its first, valid, line
+        end = (mnt / RECORDS).stat().st_size
+        assert [e["offset"] for e in errors] == [end] * 4 + [end + len(b'{"data": "ok"}\n')]
+        assert orjson.loads((mnt / "_fmtfs.json").read_bytes())["errors"] == 5
 
 
 def test_truncation_and_names_are_refused(source: Path) -> None:

@@ -173,3 +173,14 @@ def test_a_decoder_failure_is_reported_not_fatal(sample: Path, tmp_path: Path, m
     tree.snapshot = None
     tree.refresh(force=True)
     assert whole(tree, "events.log/records.jsonl").count(b"\n") == 12_000
+
+
+def test_empty_streams_keep_their_views_when_the_index_is_reused(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    create_pair(source / "empty.log")  # a header and nothing else
+    first = tree_of(source, tmp_path / "cache")
+    second = tree_of(source, tmp_path / "cache")  # answered from SQLite
+    assert "empty.log/records.jsonl" in first.files
+    assert sorted(second.files) == sorted(first.files)
+    assert second.writable("empty.log/records.jsonl")
