@@ -213,3 +213,14 @@ def test_a_reader_named_default_does_not_hide_the_default_reader(tmp_path):
     views = KestrelFormat(tmp_path, {}).derived_views()
     assert orjson.loads(views["q/readers/_default.json"]())["head"] == 1
     assert [r["id"] for r in views["q/pending/_default.jsonl"]()] == [2, 3]
+
+
+def test_a_queue_named_with_a_leading_dot_is_shown_encoded(tmp_path: Path) -> None:
+    (tmp_path / ".hidden.5").write_bytes(WRITER_MAGIC + encode_put(1, 1000, b"hi"))
+    (tmp_path / ".hidden.read.r").write_bytes(b"\x26\x3c\x26\x03" + encode_read_head(0))
+    assert detect(tmp_path) == "kestrel"
+    fmt = KestrelFormat(tmp_path, {})
+    views = {v for s in fmt.streams() for v in s.view_paths()} | set(fmt.derived_views())
+    assert "%2Ehidden/journal/5.jsonl" in views
+    assert "%2Ehidden/readers/r.json" in views
+    assert not any(v.startswith(".") for v in views)

@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from fmtfs.formats.files import read_prefix
 from fmtfs.formats.kestrel import legacy
 from fmtfs.formats.kestrel.records import WRITER_MAGIC, Corrupt, Put, read_record
 
@@ -50,14 +51,6 @@ class Queue:
     readers: list[ReaderFile] = field(default_factory=list)  # by name
     legacy: list[LegacyFile] = field(default_factory=list)  # every legacy file, replay order first
     replay: list[LegacyFile] = field(default_factory=list)  # the files a replay reads
-
-
-def read_head(path: Path, size: int = 64) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read(size)
-    except OSError:
-        return b""
 
 
 def map_file(path: Path) -> mmap.mmap | bytes:
@@ -96,7 +89,7 @@ def looks_like_legacy(path: Path, head: bytes) -> bool:
     detection, where a stray file starting with a small byte must not win)."""
     if not head or head[0] > 9:
         return False
-    sample = read_head(path, 65536)
+    sample = read_prefix(path, 65536)
     try:
         size = path.stat().st_size
     except OSError:
@@ -126,22 +119,24 @@ def scan_folder(folder: Path, only: str | None = None) -> dict[str, Queue]:
         return queues
     for entry in entries:
         name = entry.name
-        if "~" in name or name.startswith("."):
+        if "~" in name:
             continue
         try:
             if not entry.is_file():
                 continue
         except OSError:
             continue
-        parts = name.split(".")
-        qname = parts[0]
+        # a leading "." belongs to the queue's name (shown as %2E...)
+        lead = "." if name.startswith(".") else ""
+        parts = name[len(lead) :].split(".")
+        qname = lead + parts[0]
         if only is not None and qname != only:
             continue
         if len(parts) >= 3 and parts[1] == "read":
             queue = queues.setdefault(qname, Queue(qname))
             queue.readers.append(ReaderFile(qname, name[len(qname) + 6 :], Path(entry.path)))
             continue
-        head = read_head(Path(entry.path), 4)
+        head = read_prefix(Path(entry.path), 4)
         if len(parts) == 2 and _is_digits(parts[1]) and head == WRITER_MAGIC:
             queue = queues.setdefault(qname, Queue(qname))
             path = Path(entry.path)

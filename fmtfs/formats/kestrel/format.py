@@ -27,16 +27,16 @@ Decisions where LAYOUT.md leaves room:
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from fmtfs.formats.base import DerivedRender, Format, Problem, ReadOnlyView, Record, Stream, Writer
-from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, read_head, scan_folder
+from fmtfs.formats.files import read_prefix
+from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, scan_folder
 from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
-from fmtfs.formats.kestrel.records import READER_MAGIC, WRITER_MAGIC, Corrupt
+from fmtfs.formats.kestrel.records import READER_MAGIC, Corrupt
 from fmtfs.formats.kestrel.shapes import (
     DEFAULT_READER,
     item_record,
@@ -55,33 +55,20 @@ class KestrelFormat(Format):
 
     @classmethod
     def detect(cls, source: Path) -> bool:
+        """Writer or reader files with their magic; failing those, files
+        that parse as older opcode journals (checked more carefully)."""
         if not source.is_dir():
             return False
-        try:
-            entries = sorted(os.scandir(source), key=lambda e: e.name)
-        except OSError:
-            return False
-        for entry in entries:
-            name = entry.name
-            if "~" in name or name.startswith(".") or not entry.is_file():
-                continue
-            parts = name.split(".")
-            head = read_head(Path(entry.path), 4)
-            if len(parts) >= 3 and parts[1] == "read" and head == READER_MAGIC:
-                return True
-            if len(parts) == 2 and parts[1].isdigit() and head == WRITER_MAGIC:
-                return True
-        # Only then the magic-less older journals, checked more carefully.
-        for entry in entries:
-            name = entry.name
-            if "~" in name or name.startswith(".") or not entry.is_file():
-                continue
-            parts = name.split(".")
-            legacy_name = len(parts) == 1 or (parts[1].isdigit() and parts[2:] in ([], ["pack"]))
-            if legacy_name and entry.stat().st_size > 0:
-                if looks_like_legacy(Path(entry.path), read_head(Path(entry.path), 1)):
-                    return True
-        return False
+        queues = scan_folder(source).values()
+        if any(q.writers for q in queues):
+            return True
+        if any(read_prefix(r.path, 4) == READER_MAGIC for q in queues for r in q.readers):
+            return True
+        return any(
+            f.path.stat().st_size > 0 and looks_like_legacy(f.path, read_prefix(f.path, 1))
+            for q in queues
+            for f in q.legacy
+        )
 
     # -- reading -------------------------------------------------------------
 
