@@ -210,3 +210,28 @@ def test_generation_a_geometry_is_reported_not_decoded(tmp_path: Path) -> None:
     found, problems = scan_all(log)
     assert found == []
     assert len(problems) == 1 and "generation A" in problems[0].error
+
+
+def _append_many(log: Path, name: int) -> None:
+    writer = WallabyWriter(log)
+    for i in range(25):
+        writer.write([{"time": T + i, "data": f"writer {name} record {i}"}])
+
+
+def test_writers_in_several_processes_do_not_interleave(tmp_path: Path) -> None:
+    import multiprocessing
+
+    log = tmp_path / "LOG"
+    create_pair(log)
+    workers = [multiprocessing.Process(target=_append_many, args=(log, n)) for n in range(4)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    records, problems = scan_all(log)
+    assert not problems and len(records) == 100
+    idx, data = index_path(log).read_bytes(), log.read_bytes()
+    assert len(idx) == 16 + 100 * 24
+    for i in range(100):
+        stamp, seq, offset = struct.unpack_from("<qQq", idx, 16 + 24 * i)
+        assert seq == i and struct.unpack_from("<IIq", data, offset)[2] == stamp

@@ -8,6 +8,7 @@ Layout (specs/wallaby-log.md, generation B, little-endian):
 
 from __future__ import annotations
 
+import fcntl
 import mmap
 import os
 import struct
@@ -355,21 +356,25 @@ class WallabyWriter(Writer):
                     raise BadRecord(f"payload of {len(payload)} bytes exceeds wallaby's {MAX_PAYLOAD}")
             except BadRecord as exc:
                 raise BadRecord(f"record {number}: {exc}") from None
-        log_end, seq, header_flags = self._prepare()
-        log_bytes, idx_bytes = [], []
-        offset = log_end
-        for i, (payload, stamp, flags, given) in enumerate(encoded):
-            if given is not None and given != seq + i:
-                raise BadRecord(f"record {i + 1}: index {given} given, but the next index is {seq + i}")
-            log_bytes.append(encode_record(payload, stamp, header_flags if flags is None else flags))
-            idx_bytes.append(encode_index_record(stamp, seq + i, offset))
-            offset += RECORD.size + len(payload)
-        # The log record lands before its index record: a crash between the
-        # two leaves a lagging index, which readers complete from the log.
-        with open(self.log, "ab") as f:
-            f.write(b"".join(log_bytes))
-        with open(self.idx, "ab") as f:
-            f.write(b"".join(idx_bytes))
+        # wallaby has one writer; an exclusive lock on the log keeps two
+        # fmtfs mounts of the same source from interleaving records
+        with open(self.log, "ab") as log:
+            fcntl.flock(log, fcntl.LOCK_EX)
+            log_end, seq, header_flags = self._prepare()
+            log_bytes, idx_bytes = [], []
+            offset = log_end
+            for i, (payload, stamp, flags, given) in enumerate(encoded):
+                if given is not None and given != seq + i:
+                    raise BadRecord(f"record {i + 1}: index {given} given, but the next index is {seq + i}")
+                log_bytes.append(encode_record(payload, stamp, header_flags if flags is None else flags))
+                idx_bytes.append(encode_index_record(stamp, seq + i, offset))
+                offset += RECORD.size + len(payload)
+            # The log record lands before its index record: a crash between the
+            # two leaves a lagging index, which readers complete from the log.
+            log.write(b"".join(log_bytes))
+            log.flush()
+            with open(self.idx, "ab") as idx:
+                idx.write(b"".join(idx_bytes))
 
     def sync(self) -> None:
         fsync_path(self.log)
