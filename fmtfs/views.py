@@ -414,6 +414,10 @@ class SourceTree:
             "streams": len(entries),
             "records": sum(e.record_count for e in entries),
             "errors": len(self._all_problems(entries)),
+            "options": {
+                k: str(v) if isinstance(v, Path) else v for k, v in self.format.options.items() if k != "key"
+            }
+            | {"encrypted_key": bool(self.format.options.get("key")), "read_only": self.readonly},
             "details": self.format.info(),
         }
         return render_document(document)

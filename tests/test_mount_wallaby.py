@@ -209,6 +209,8 @@ def test_user_errors_are_one_line_without_traceback(source: Path, tmp_path: Path
             and "busy" in busy.stderr.decode()
             and "Traceback" not in busy.stderr.decode()
         )
+    wrong = fmtfs("info", source, "--format", "beats", check=False)
+    assert wrong.returncode != 0 and wrong.stderr.decode().count("\n") == 1 and b"beats" in wrong.stderr
     missing = fmtfs("cat", source, "nope.jsonl", check=False)
     assert missing.returncode != 0 and missing.stderr.decode().count("\n") == 1
 

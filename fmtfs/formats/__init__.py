@@ -47,4 +47,14 @@ def detect(source: Path) -> str:
 
 def open_source(source: Path, format_name: str | None, options: dict) -> Format:
     name = format_name or detect(source)
-    return format_class(name)(source, options)
+    cls = format_class(name)
+    if format_name and not cls.detect(source) and _has_files(source):
+        # an empty folder is fine: writing through the mount may create data
+        raise FormatError(f"{source}: does not hold {name} files (try without --format)")
+    return cls(source, options)
+
+
+def _has_files(source: Path) -> bool:
+    if not source.exists():
+        raise FormatError(f"{source}: no such file or directory")
+    return source.is_file() or any(p.is_file() for p in source.iterdir())
