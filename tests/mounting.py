@@ -56,3 +56,19 @@ def unmount(mountpoint: Path) -> None:
             return
         time.sleep(0.1)
     subprocess.run(["fusermount3", "-uz", str(mountpoint)], capture_output=True)
+
+
+def refused_write(view: Path, data: bytes) -> int:
+    """Append `data` to a view in one write(); returns the errno it failed
+    with (the test asserts which), or 0 when it was taken."""
+    fd = os.open(view, os.O_WRONLY | os.O_APPEND)
+    try:
+        os.write(fd, data)
+        return 0
+    except OSError as exc:
+        return exc.errno or -1
+    finally:
+        try:
+            os.close(fd)
+        except OSError:
+            pass  # a refused partial line may fail the close too

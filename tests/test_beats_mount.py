@@ -14,7 +14,7 @@ import pytest
 
 from fmtfs.formats.beats import derive_key
 from fmtfs.samples.beats import generate
-from tests.mounting import fmtfs, mounted
+from tests.mounting import fmtfs, mounted, refused_write
 from tests.test_beats_build import event, reference_read, segment
 
 pytestmark = pytest.mark.skipif(not os.path.exists("/dev/fuse"), reason="needs /dev/fuse")
@@ -38,16 +38,7 @@ def test_sample_reads_and_writes_through_the_mount(tmp_path: Path) -> None:
         assert count == 1002 and events[-2:] == [event(1), event(2)]
         # a line that is not an event: EINVAL, nothing written
         size = (src / "2.seg").stat().st_size
-        fd = os.open(mnt / "segments/2.jsonl", os.O_WRONLY | os.O_APPEND)
-        try:
-            with pytest.raises(OSError) as err:
-                os.write(fd, b'{"timestamp": "soon"}\n')
-            assert err.value.errno == errno.EINVAL
-        finally:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+        assert refused_write(mnt / "segments/2.jsonl", b'{"timestamp": "soon"}\n') == errno.EINVAL
         assert (src / "2.seg").stat().st_size == size
         # a new segment
         with open(mnt / "segments/3.jsonl", "wb") as f:
