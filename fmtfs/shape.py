@@ -96,15 +96,20 @@ def take_data(record: dict[str, Any], key: str = "data", required: bool = True) 
             raise BadRecord(f"{key}: expected a string")
         return text.encode("utf-8")
     if encoded is not None:
-        if not isinstance(encoded, str):
-            raise BadRecord(f"{key}_base64: expected a string")
-        try:
-            return base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
-            raise BadRecord(f"{key}_base64: not valid base64") from None
+        return decode_base64(encoded, f"{key}_base64")
     if required:
         raise BadRecord(f"missing {key} or {key}_base64")
     return None
+
+
+def decode_base64(text: Any, what: str) -> bytes:
+    """Strict base64 from a written record; BadRecord naming `what` otherwise."""
+    if not isinstance(text, str):
+        raise BadRecord(f"{what}: expected a base64 string")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRecord(f"{what}: not valid base64") from None
 
 
 def encode_name(name: str) -> str:

@@ -18,8 +18,6 @@ type ids are assigned 1..k per event in ascending entry order.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import os
 import re
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from fmtfs.formats.base import BadRecord, Record, Writer
 from fmtfs.formats.proio import wire
 from fmtfs.formats.proio.reader import Damaged, Head, Truncated, _Source, read_head
 from fmtfs.formats.proio.schema import Resolver, Resolvers, dependency_closure
+from fmtfs.shape import decode_base64
 
 _U64 = 1 << 64
 _DIGITS = re.compile(r"[0-9]+\Z")
@@ -107,15 +106,6 @@ def _utf8(text: Any, what: str) -> bytes:
         raise BadRecord(f"{what}: not encodable as UTF-8") from None
 
 
-def _b64(text: Any, what: str) -> bytes:
-    if not isinstance(text, str):
-        raise BadRecord(f"{what}: expected a base64 string")
-    try:
-        return base64.b64decode(text, validate=True)
-    except (binascii.Error, ValueError):
-        raise BadRecord(f"{what}: not valid base64") from None
-
-
 def _uint64(value: Any, what: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < _U64:
         raise BadRecord(f"{what}: expected an integer from 0 to 2^64-1")
@@ -160,7 +150,7 @@ class ProioWriter(Writer):
         for key, value in _mapping(record, "metadata_base64").items():
             if key in metadata:
                 raise BadRecord(f"line {n}: metadata key {key!r} given twice")
-            metadata[key] = _b64(value, f"line {n}: metadata_base64 {key!r}")
+            metadata[key] = decode_base64(value, f"line {n}: metadata_base64 {key!r}")
         for key in metadata:
             _utf8(key, f"line {n}: metadata key")
 
@@ -201,7 +191,7 @@ class ProioWriter(Writer):
                 except Exception as exc:  # noqa: BLE001 - ParseError, EncodeError, TypeError ...
                     raise BadRecord(f"{what}: value is not a valid {name}: {exc}") from None
             else:
-                payload = _b64(entry["payload_base64"], f"{what}: payload_base64")
+                payload = decode_base64(entry["payload_base64"], f"{what}: payload_base64")
             if resolved is not None:
                 files.append(resolved.file)
             _utf8(name, f"{what}: type")
