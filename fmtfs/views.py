@@ -4,11 +4,13 @@ and writes.  The FUSE adapter and the CLI both go through this module, so
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
 import threading
 import time
 from abc import ABC, abstractmethod
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -250,13 +252,25 @@ class ViewWriter:
         return self._encode(records, offset) if records else set()
 
     def _encode(self, records: list[Record], offset: int) -> set[str]:
-        # one writer at a time per source: the native formats have one producer
-        with self.tree.write_lock:
+        # one writer at a time per source, across threads and across fmtfs
+        # processes: the native formats each assume a single producer
+        with self.tree.write_lock, _source_lock(self.tree.format.source):
             try:
                 self.writer.write(records)
             except BadRecord as exc:
                 self._refuse(str(exc), offset)
-            return self.tree.refresh(force=True)
+        return self.tree.refresh(force=True)
+
+
+@contextmanager
+def _source_lock(source: Path):
+    """An exclusive flock on the source folder (or single source file)."""
+    fd = os.open(source, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def _whole_object(text: bytes) -> Record | None:
