@@ -126,8 +126,9 @@ class ChunkPartition(InputPartition):
     """Consecutive chunks (start, end, state) of one stream, each decoded on
     its own by an executor into one Arrow batch."""
 
-    def __init__(self, view: str, stream: str, chunks: list[tuple[int, int, dict]]) -> None:
+    def __init__(self, view: str, stream: str, chunks: list[tuple[int, int, dict]], skip: int = 0) -> None:
         self.view, self.stream, self.chunks = view, stream, chunks
+        self.skip = skip  # records of `view` left out at the start (a slice of a view)
 
 
 class DerivedPartition(InputPartition):
@@ -140,21 +141,39 @@ class DerivedPartition(InputPartition):
 def plan_partitions(tree, views: list[str], chunks_per_partition: int = 1) -> list[InputPartition]:
     """One partition per chunk of the index (or per `chunks_per_partition`
     consecutive chunks: Spark's cost per task is far above a chunk's)."""
-    from fmtfs.views import IndexedFile
+    from fmtfs.views import IndexedFile, SlicedFile
 
     out: list[InputPartition] = []
     step = max(1, chunks_per_partition)
     for view in views:
         file = tree.files[view]
         if isinstance(file, IndexedFile):
-            pieces = file.entry.views.get(view)
-            seqs = pieces.seqs if pieces else []
-            for i in range(0, len(seqs), step):
-                metas = [file.entry.chunks[seq] for seq in seqs[i : i + step]]
-                chunks = [(m.start, m.end, m.state) for m in metas]
-                out.append(ChunkPartition(view, file.entry.stream.name, chunks))
+            out += _chunk_partitions(file, step, 0)
+        elif isinstance(file, SlicedFile):  # e.g. beats pending: slices of segment views
+            for part, skip in file.parts:
+                out += _chunk_partitions(part, step, skip)
         else:
             out.append(DerivedPartition(view))
+    return out
+
+
+def _chunk_partitions(file, step: int, skip: int) -> list[ChunkPartition]:
+    """Partitions over an indexed view's chunks, leaving out its first `skip`
+    records (chunk counts are exact for one-view streams; otherwise the
+    skipped records stay in one partition that drops them when read)."""
+    entry = file.entry
+    pieces = entry.views.get(file.view)
+    seqs = pieces.seqs if pieces else []
+    if skip and len(entry.views) == 1:
+        while seqs and entry.chunks[seqs[0]].count <= skip:
+            skip -= entry.chunks[seqs[0]].count
+            seqs = seqs[1:]
+    elif skip:
+        step = len(seqs) or 1
+    out = []
+    for i in range(0, len(seqs), step):
+        chunks = [(m.start, m.end, m.state) for m in (entry.chunks[seq] for seq in seqs[i : i + step])]
+        out.append(ChunkPartition(file.view, entry.stream.name, chunks, skip if i == 0 else 0))
     return out
 
 
@@ -191,8 +210,12 @@ def partition_records(opts: dict[str, str], partition: InputPartition) -> Iterat
     stream = streams.get(partition.stream)
     if stream is None:
         raise FileNotFoundError(f"fmtfs: stream {partition.stream} disappeared from {fmt.source}")
+    skip = partition.skip
     for start, end, state in partition.chunks:
-        yield stream.decode(Chunk(start, end, state, {})).get(partition.view, [])
+        records = stream.decode(Chunk(start, end, state, {})).get(partition.view, [])
+        if skip:
+            records, skip = records[skip:], max(0, skip - len(records))
+        yield records
 
 
 # -- schemas -------------------------------------------------------------------

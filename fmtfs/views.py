@@ -66,6 +66,72 @@ class IndexedFile(ViewFile):
     def identity(self) -> str:
         return digest(self.entry.identity, self.view)
 
+    def line_offset(self, record: int) -> int:
+        """Where the view's `record`-th line starts (its size past the end).
+        Renders only the chunk holding that line."""
+        pieces = self.entry.views.get(self.view)
+        if pieces is None or record <= 0:
+            return 0
+        # chunk counts are the stream's primary view's: exact for a one-view
+        # stream, otherwise count lines chunk by chunk
+        counted = len(self.entry.views) == 1
+        with self.index.lock:
+            before = 0
+            for i, seq in enumerate(pieces.seqs):
+                data = None if counted else self.index.piece(self.entry, self.view, seq)
+                count = self.entry.chunks[seq].count if counted else data.count(b"\n")
+                if record < before + count:
+                    data = data if data is not None else self.index.piece(self.entry, self.view, seq)
+                    position = 0
+                    for _ in range(record - before):
+                        position = data.index(b"\n", position) + 1
+                    return (pieces.ends[i - 1] if i else 0) + position
+                before += count
+        return pieces.size
+
+
+class SlicedFile(ViewFile):
+    """A derived view made of slices of indexed views (formats' ViewSlice):
+    its bytes are theirs, so sizes and reads come from the chunk index."""
+
+    def __init__(self, parts: list[tuple[IndexedFile, int]]) -> None:
+        self.parts = parts  # (file, records skipped at its start)
+        self._layout: list[tuple[IndexedFile, int, int]] | None = None
+        self._lock = threading.Lock()
+
+    def layout(self) -> list[tuple[IndexedFile, int, int]]:
+        """(file, first byte, last byte + 1) of every part."""
+        with self._lock:
+            if self._layout is None:
+                self._layout = [(f, f.line_offset(skip), f.size()) for f, skip in self.parts]
+            return self._layout
+
+    def size(self) -> int:
+        return sum(end - start for _, start, end in self.layout())
+
+    def read(self, offset: int, size: int) -> bytes:
+        out = []
+        for file, start, end in self.layout():
+            length = end - start
+            if offset < length and size > 0:
+                data = file.read(start + offset, min(size, length - offset))
+                out.append(data)
+                size -= len(data)
+            offset = max(0, offset - length)
+        return b"".join(out)
+
+    def records(self):
+        for file, skip in self.parts:
+            for batch in file.records():
+                if skip >= len(batch):
+                    skip -= len(batch)
+                    continue
+                yield batch[skip:]
+                skip = 0
+
+    def identity(self) -> str:
+        return digest(*[(f.identity(), skip) for f, skip in self.parts])
+
 
 class BytesFile(ViewFile):
     """A file rendered whole on first use (derived views, meta files)."""
@@ -370,7 +436,13 @@ class SourceTree:
                 files[view] = IndexedFile(self.index, entry, view)
         self.index.forget_missing({s.name for s in streams})
         for path, render in self.format.derived_views().items():
-            files[path] = BytesFile(self._persisted(path, deps, render), digest(deps, path))
+            if isinstance(render, list):  # ViewSlices of indexed views
+                parts = [
+                    (files[s.view], s.skip) for s in render if isinstance(files.get(s.view), IndexedFile)
+                ]
+                files[path] = SlicedFile(parts)
+            else:
+                files[path] = BytesFile(self._persisted(path, deps, render), digest(deps, path))
         for path in [p for p in files if p.endswith(".jsonl")]:
             mirror = f"{PARQUET_DIR}/{path[: -len('.jsonl')]}.parquet"
             files[mirror] = ParquetFile(self, files[path], path)

@@ -67,9 +67,8 @@ def main() -> None:
         records = int(megabytes * 1e6 / per_record)
         source = generate(base / "queue", records, segments=max(1, megabytes // 10))
         native = sum(p.stat().st_size for p in source.glob("*.seg"))
-        print(
-            f"queue         {records:,} frames, {native / 1e6:.0f} MB in {len(list(source.glob('*.seg')))} segments"
-        )
+        segments = len(list(source.glob("*.seg")))
+        print(f"queue         {records:,} frames, {native / 1e6:.0f} MB in {segments} segments")
 
         mnt = base / "mnt"
         mnt.mkdir()

@@ -13,6 +13,7 @@ from fmtfs.formats.beats import BeatsFormat, derive_key, lz4stream, read_key_fil
 from fmtfs.formats.beats.layout import QueueState, encode_state
 from tests.test_beats_build import EXAMPLE_HEX, FIXTURES, KEY, event, frame, segment
 from tests.test_beats_read import expected, read
+from tests.trees import view_records
 
 
 def frame_ends(layout: str, events: list[dict], options: int = 0) -> list[int]:
@@ -219,5 +220,5 @@ def test_state_dat_v0_and_v1_parse(tmp_path: Path) -> None:
         (tmp_path / "state.dat").write_bytes(encode_state(state))
         fmt = BeatsFormat(tmp_path, {})
         assert fmt.info()["state"]["version"] == state.version
-        pending = fmt.derived_views()["pending.jsonl"]()
+        pending = view_records(fmt, "pending.jsonl")
         assert len(pending) == (1 if state.version == 0 else 0)

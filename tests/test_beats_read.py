@@ -14,6 +14,7 @@ from fmtfs.formats.beats import BeatsFormat
 from fmtfs.formats.beats.layout import QueueState, encode_state
 from fmtfs.shape import format_time
 from tests.test_beats_build import EXAMPLE_HEX, KEY, TS, event, proto_event, segment
+from tests.trees import view_records
 
 EXPECTED_EXAMPLE = {
     "timestamp": "2022-07-29T14:43:00.000000000Z",
@@ -185,8 +186,7 @@ def test_growth_of_a_compressed_segment_without_end_mark(tmp_path: Path) -> None
 
 
 def _pending(src: Path) -> list[dict]:
-    views = BeatsFormat(src, {"key": KEY}).derived_views()
-    return views["pending.jsonl"]()
+    return view_records(BeatsFormat(src, {"key": KEY}), "pending.jsonl")
 
 
 def test_pending_from_state_v1(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from fmtfs.formats.beats.layout import parse_state
 from fmtfs.samples.beats import generate
 from tests.test_beats_build import reference_read
 from tests.test_beats_read import read
+from tests.trees import view_records
 
 
 def test_sample_queue(tmp_path: Path) -> None:
@@ -22,7 +23,7 @@ def test_sample_queue(tmp_path: Path) -> None:
     assert counts == [300, 300, 300]
     state = parse_state((src / "state.dat").read_bytes())
     assert state.segment_id == 0 and state.frame_index == 100
-    pending = BeatsFormat(src, {}).derived_views()["pending.jsonl"]()
+    pending = view_records(BeatsFormat(src, {}), "pending.jsonl")
     assert pending == views["segments/0.jsonl"][100:] + views["segments/1.jsonl"] + views["segments/2.jsonl"]
     info = BeatsFormat(src, {}).info()
     assert [s["frame_count"] for s in info["segments"]] == [300, 300, 300]

@@ -434,3 +434,20 @@ def test_proio_types_view_with_declared_schema(tmp_path: Path) -> None:
         for key in ("child", "parent"):
             want = record["value"].get(key)
             assert row[key] == (None if want is None else [int(v) for v in want])
+
+
+@pytest.mark.parametrize("per_partition", [1, 2, 100])
+def test_data_source_partitions_of_a_sliced_view_hold_its_records(tmp_path: Path, per_partition: int) -> None:
+    """beats pending.jsonl is made of slices of segment views: the data
+    source plans it from the chunk index and skips the ACKed frames."""
+    from fmtfs.samples.beats import generate
+    from fmtfs.spark import open_tree, partition_records, plan_partitions
+
+    source = generate(tmp_path / "queue", 9000)  # the state ACKs the first 1000 frames
+    opts = {"path": str(source), "cachedir": str(tmp_path / "cache")}
+    tree = open_tree(opts)
+    want = parse_lines(tree.read("pending.jsonl", 0, tree.size("pending.jsonl")))
+    parts = plan_partitions(tree, ["pending.jsonl"], per_partition)
+    assert len(parts) > 1
+    got = [r for p in parts for batch in partition_records(opts, p) for r in batch]
+    assert len(got) == len(want) == 8000 and got == want

@@ -141,6 +141,17 @@ class Writer(ABC):
 DerivedRender = Callable[[], "list[Record] | bytes"]
 
 
+@dataclass(frozen=True)
+class ViewSlice:
+    """An indexed view from its `skip`-th record on.  A derived view given as
+    a list of slices (beats pending: the rest of one segment, then whole
+    later segments) is served from the chunk index: exact size without
+    decoding, random reads that render one chunk, nothing held in memory."""
+
+    view: str
+    skip: int = 0
+
+
 class Format(ABC):
     """One native format bound to one source."""
 
@@ -159,9 +170,10 @@ class Format(ABC):
     def streams(self) -> list[Stream]:
         """The streams the source holds now (re-called when it changes)."""
 
-    def derived_views(self) -> dict[str, DerivedRender]:
-        """View paths computed from the whole source -> function rendering
-        their complete bytes.  Called again when any native file changes."""
+    def derived_views(self) -> dict[str, DerivedRender | list[ViewSlice]]:
+        """View paths computed from the whole source -> a function rendering
+        their records or bytes, or the list of ViewSlices they consist of.
+        Called again when any native file changes: keep it cheap."""
         return {}
 
     def info(self) -> dict[str, Any]:

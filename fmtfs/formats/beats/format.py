@@ -7,7 +7,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from fmtfs.formats.base import Format, FormatError, Problem, ReadOnlyView, Record, Stream, Writer
+from fmtfs.formats.base import Format, FormatError, Problem, ReadOnlyView, Stream, ViewSlice, Writer
 from fmtfs.formats.beats.layout import (
     OPT_ENCRYPTED,
     HeaderError,
@@ -15,8 +15,8 @@ from fmtfs.formats.beats.layout import (
     parse_segment_name,
     parse_state,
 )
-from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
-from fmtfs.formats.beats.stream import SegmentStream
+from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Segment
+from fmtfs.formats.beats.stream import SegmentStream, view_path
 from fmtfs.formats.beats.writer import SegmentWriter, create_segment
 
 STATE_FILE = "state.dat"
@@ -128,34 +128,23 @@ class BeatsFormat(Format):
         state = self._state()
         if not isinstance(state, QueueState):
             return {}
-        return {PENDING: lambda: self.pending(state)}
+        return {PENDING: self.pending(state)}
 
-    def pending(self, state: QueueState) -> list[Record]:
-        """Frames not yet acknowledged (spec §8): from the state position in
-        segment `segment_id` on, then every frame of every later segment."""
+    def pending(self, state: QueueState) -> list[ViewSlice]:
+        """Frames not yet acknowledged (spec §8): segment `segment_id` after
+        its `frame_index` ACKed frames (all of it for a version-0 state, or
+        when `frame_index` is 0), then every frame of every later segment.
+        Given as slices of the segment views, so the index serves it."""
         streams = [s for s in self.streams() if isinstance(s, SegmentStream)]
         if streams and state.segment_id < streams[0].segment_id:
             state = QueueState(state.version, streams[0].segment_id, 0, 0)
-        out: list[Record] = []
-        for stream in streams:
-            if stream.segment_id < state.segment_id:
-                continue
-            seg = stream.opened()
-            if isinstance(seg, Problem):
-                continue
-            records: list[Record] = []
-            positions: list[int] = []
-            for run in seg.runs(None, positions=True):
-                if isinstance(run, Run):
-                    records.extend(run.records)
-                    positions.extend(run.positions)
-            if stream.segment_id == state.segment_id and state.frame_index:
-                if state.byte_index in positions:
-                    records = records[positions.index(state.byte_index) :]
-                else:
-                    records = records[state.frame_index :]
-            out.extend(records)
-        return out
+        return [
+            ViewSlice(
+                view_path(s.segment_id), (state.frame_index or 0) if s.segment_id == state.segment_id else 0
+            )
+            for s in streams
+            if s.segment_id >= state.segment_id
+        ]
 
     def problems(self) -> list[Problem]:
         out = list(segment_files(self.source)[1])
