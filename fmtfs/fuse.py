@@ -91,6 +91,9 @@ class FmtfsOperations(pyfuse3.Operations):
         self.tree = tree
         self.inodes = Inodes()
         self.handles: dict[int, tuple[str, ViewWriter | None]] = {}
+        # handles opened for writing without O_APPEND: the only offset their
+        # next write may have (a write anywhere else would not be an append)
+        self.positions: dict[int, int] = {}
         self.next_handle = 1
         self.uid, self.gid = os.getuid(), os.getgid()
 
@@ -203,6 +206,8 @@ class FmtfsOperations(pyfuse3.Operations):
                 # the native formats are append-only: `>` cannot replace a view, use `>>`
                 raise pyfuse3.FUSEError(errno.EPERM)
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
+        if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
+            self.positions[info.fh] = self.tree.size(path)
         # writes go straight to us so a refused line fails the writer's write();
         # reads keep the page cache (mmap works) but drop it on every open.
         info.direct_io = writer is not None
@@ -229,6 +234,11 @@ class FmtfsOperations(pyfuse3.Operations):
         path, writer = self.handles[fh]
         if writer is None:
             raise pyfuse3.FUSEError(errno.EBADF)
+        expected = self.positions.get(fh)
+        if expected is not None:
+            if off != expected:
+                raise pyfuse3.FUSEError(errno.EPERM)  # views only grow at their end
+            self.positions[fh] = expected + len(buf)
         try:
             changed = await trio.to_thread.run_sync(writer.write, bytes(buf), off)
         except BadRecord:
@@ -250,6 +260,7 @@ class FmtfsOperations(pyfuse3.Operations):
     @_errors_to_fuse
     async def release(self, fh):
         path, writer = self.handles.pop(fh, (None, None))
+        self.positions.pop(fh, None)
         if writer is not None:
             try:
                 self._invalidate_later(await trio.to_thread.run_sync(writer.release) | {META_ERRORS})

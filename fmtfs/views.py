@@ -330,8 +330,10 @@ class ViewWriter:
 
 @contextmanager
 def _source_lock(source: Path):
-    """An exclusive flock on the source folder (or single source file)."""
-    fd = os.open(source, os.O_RDONLY)
+    """An exclusive flock on the source folder (a single-file source's
+    folder: a format may lock the file itself, and a second flock on it
+    through another descriptor would wait for ever)."""
+    fd = os.open(source if source.is_dir() else source.parent, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield

@@ -125,6 +125,18 @@ def test_a_partial_line_survives_a_child_closing_its_descriptor(source: Path) ->
         assert orjson.loads(view.read_bytes().splitlines()[-1])["data"] == "last"
 
 
+def test_a_single_log_file_as_the_source(source: Path) -> None:
+    log = source / "events.log"
+    with mounted(log) as mnt:
+        assert sorted(os.listdir(mnt / "events.log")) == ["buckets", "records.jsonl"]
+        done = subprocess.run(
+            ["sh", "-c", f"echo '{{\"data\": \"one file\"}}' >> '{mnt / RECORDS}'"], timeout=30
+        )
+        assert done.returncode == 0
+        assert orjson.loads((mnt / RECORDS).read_bytes().splitlines()[-1])["data"] == "one file"
+    assert (len(index_path(log).read_bytes()) - 16) // 24 == 5001
+
+
 def test_bad_line_fails_the_write_with_einval_and_writes_nothing(source: Path) -> None:
     log = source / "events.log"
     before = (log.read_bytes(), index_path(log).read_bytes())
@@ -153,12 +165,21 @@ def test_bad_line_fails_the_write_with_einval_and_writes_nothing(source: Path) -
         assert orjson.loads((mnt / "_fmtfs.json").read_bytes())["errors"] == 5
 
 
+def _pwrite_at_start(view: Path) -> None:
+    fd = os.open(view, os.O_WRONLY)
+    try:
+        os.pwrite(fd, b'{"data": "pw"}\n', 0)
+    finally:
+        os.close(fd)
+
+
 def test_truncation_and_names_are_refused(source: Path) -> None:
     log = source / "events.log"
     before = log.read_bytes()
     with mounted(source) as mnt:
         for action in (
             lambda: open(mnt / RECORDS, "wb").close(),  # `>`: the log is append-only
+            lambda: _pwrite_at_start(mnt / RECORDS),  # a write that is not at the end
             lambda: (mnt / RECORDS).unlink(),
             lambda: (mnt / "new").mkdir(),
             lambda: (mnt / "_fmtfs.json").rename(mnt / "x.json"),

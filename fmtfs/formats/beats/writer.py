@@ -19,6 +19,9 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import xxhash
 
 from fmtfs.formats.base import BadRecord, Writer
 from fmtfs.formats.beats import frames as fr
@@ -59,7 +62,9 @@ class _Tail:
     frames: int  # whole frames in the segment
     p: int  # plaintext offset after the last frame (linear segments)
     c: int = 0  # container offset of the LZ4 end mark / first free byte
-    content: bytes = b""  # LZ4 segments: the whole plaintext frame stream
+    # LZ4 segments: xxh32 state over the whole plaintext frame stream, so an
+    # append hashes only its own bytes (the frame's content checksum)
+    checksum: Any = None
 
 
 def create_segment(path: Path, options: int, key: bytes | None) -> None:
@@ -126,7 +131,7 @@ class SegmentWriter(Writer):
                 )
             if len(w.records) < counted:
                 raise RefusedAppend(f"{name}: fewer whole frames than the header counts; refusing to append")
-            tail = _Tail(ident, len(w.records), len(content), stop[0].c, content)
+            tail = _Tail(ident, len(w.records), len(content), stop[0].c, xxhash.xxh32(content))
         else:
             buf = seg.data[seg.header.data_offset :] if seg.header.iv is None else seg.read(0, seg.avail)
             w = fr.walk(buf, 0, len(buf), _skip)
@@ -156,14 +161,15 @@ class SegmentWriter(Writer):
         new = b"".join(fr.encode_frame(p) for p in payloads)
         h = self.header
         lz = self._lz
+        checksum = None
         if lz is not None:
-            content = tail.content + new
             body = lz4stream.encode_blocks(new, lz.max_block) + lz4stream.END_MARK
+            checksum = tail.checksum.copy()
+            checksum.update(new)
             if lz.content_checksum:
-                body += _u32.pack(lz4stream.xxh32(content))
+                body += _u32.pack(checksum.intdigest())
             at = tail.c
         else:
-            content = b""
             body = new
             at = tail.p
         if h.iv is not None:
@@ -182,9 +188,8 @@ class SegmentWriter(Writer):
         st = os.stat(self.path)
         ident = (st.st_size, st.st_mtime_ns, st.st_ino)
         if lz is not None:
-            self._tail = _Tail(
-                ident, count, len(content), at + len(body) - 4 - (4 if lz.content_checksum else 0), content
-            )
+            end_mark = at + len(body) - 4 - (4 if lz.content_checksum else 0)
+            self._tail = _Tail(ident, count, tail.p + len(new), end_mark, checksum)
         else:
             self._tail = _Tail(ident, count, at + len(new))
 
