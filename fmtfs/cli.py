@@ -97,7 +97,9 @@ def open_tree(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
 
 
 def view_path(text: str) -> str:
-    return text.strip("/")
+    """A view path as the user typed it (`./a/b`, `a//b/`) -> `a/b`."""
+    normal = os.path.normpath("/" + text).lstrip("/")
+    return "" if normal == "." else normal
 
 
 def cmd_info(args: argparse.Namespace) -> None:
@@ -148,6 +150,8 @@ def cmd_ls(args: argparse.Namespace) -> None:
 
 
 def cmd_umount(args: argparse.Namespace) -> None:
+    if not os.path.ismount(args.mountpoint):
+        raise UserError(f"{args.mountpoint}: not mounted")
     tool = shutil.which("fusermount3") or shutil.which("fusermount")
     if tool is None:
         raise UserError("fusermount3 not found (install Debian's fuse3)")

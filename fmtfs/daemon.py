@@ -27,7 +27,12 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     fuse_options = set(pyfuse3.default_options)
     fuse_options |= {"fsname=fmtfs", "subtype=fmtfs"}
     fuse_options |= {opt for opt in options if opt not in ("rw",)}
-    pyfuse3.init(ops, str(mountpoint), fuse_options)
+    try:
+        pyfuse3.init(ops, str(mountpoint), fuse_options)
+    except RuntimeError as exc:  # libfuse says only "fuse_session_new() failed"
+        raise RuntimeError(
+            f"FUSE refused the mount (check the -o options: {','.join(options) or 'none'}): {exc}"
+        ) from None
     try:
         if ready is not None:
             os.write(ready, READY)

@@ -244,4 +244,9 @@ def test_umount(source: Path, tmp_path: Path) -> None:
     fmtfs("umount", target)
     assert not os.path.ismount(target)
     again = fmtfs("umount", target, check=False)
-    assert again.returncode != 0 and again.stderr.decode().count("\n") == 1
+    assert again.returncode != 0 and again.stderr.decode().count("\n") == 1 and b"not mounted" in again.stderr
+    bad_option = fmtfs("mount", source, target, "-o", "bogusopt", "--cache-dir", tmp_path / "c", check=False)
+    assert bad_option.returncode != 0 and b"bogusopt" in bad_option.stderr and not os.path.ismount(target)
+    # view paths as people type them
+    dotted = fmtfs("cat", source, "./events.log//records.jsonl", "--cache-dir", tmp_path / "c").stdout
+    assert dotted == fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "c").stdout != b""
