@@ -144,7 +144,7 @@ def test_refusals(tmp_path: Path) -> None:
         fmt.writer("segments/0.jsonl", False)
     with pytest.raises(ReadOnlyView, match="read-only"):
         fmt.writer("segments/1.jsonl", False)
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(ReadOnlyView, match="needs an id above"):  # EACCES: not above the newest id
         fmt.writer("segments/1.jsonl", True)
     with pytest.raises(ReadOnlyView):
         fmt.writer("segments/01.jsonl", True)

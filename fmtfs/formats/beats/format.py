@@ -190,7 +190,7 @@ class BeatsFormat(Format):
         newest = current[-1] if current else None
         if create or seg_id not in dict(current):
             if newest is not None and seg_id <= newest[0]:
-                raise FileNotFoundError(f"{view_path}: a new segment needs an id above {newest[0]}")
+                raise ReadOnlyView(f"{view_path}: a new segment needs an id above {newest[0]}")
             if seg_id >= 1 << 64:
                 raise FileNotFoundError(f"{view_path}: segment ids are 64-bit")
             options = self._new_segment_options(newest[1] if newest else None)
