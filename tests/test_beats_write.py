@@ -293,3 +293,22 @@ def test_garbled_last_frame_is_replaced(tmp_path: Path) -> None:
     (tmp_path / "0.seg").write_bytes(bytes(data))
     BeatsFormat(tmp_path, {}).writer("segments/0.jsonl", False).write([event(3)])
     assert reference_read((tmp_path / "0.seg").read_bytes()) == (2, [event(1), event(3)])
+
+
+@pytest.mark.parametrize("options", [2, 3])
+def test_append_to_a_header_only_lz4_segment(tmp_path: Path, options: int) -> None:
+    """A compressed segment that holds only its 12-byte header (its LZ4
+    frame not begun, IV right after it when encrypted) takes appends: the
+    first one writes the LZ4 frame header."""
+    header = struct.pack("<III", 2, 0, options) + (IV if options & 1 else b"")
+    (tmp_path / "4.seg").write_bytes(header)
+    fmt = BeatsFormat(tmp_path, {"key": KEY})
+    writer = fmt.writer("segments/4.jsonl", False)
+    writer.write([event(1)])
+    writer.write([event(2), event(3)])
+    count, back = reference_read((tmp_path / "4.seg").read_bytes())
+    assert count == 3 and back == [event(1), event(2), event(3)]
+    views, problems = read(tmp_path)
+    assert problems == [] and views["segments/4.jsonl"] == [
+        expected(e) for e in (event(1), event(2), event(3))
+    ]

@@ -101,6 +101,8 @@ class SegmentWriter(Writer):
         self._lz = self._lz4_header(seg) if seg.header.lz4_stream else None
 
     def _lz4_header(self, seg: Segment) -> lz4stream.Lz4Header:
+        if seg.avail == 0:  # a header-only segment: its LZ4 frame starts with our first append
+            return lz4stream.parse_header(lz4stream.BEATS_HEADER)
         lz = lz4stream.parse_header(bytes(seg.read(0, min(seg.avail, 19))))
         if lz.block_checksum or lz.content_size:
             raise ValueError(
@@ -118,7 +120,9 @@ class SegmentWriter(Writer):
         seg = Segment.open(self.path, self.key)
         name = self.path.name
         counted = seg.header.frame_count or 0
-        if self._lz is not None:
+        if self._lz is not None and seg.avail == 0:
+            tail = _Tail(ident, 0, 0, 0, xxhash.xxh32())  # c == 0: no LZ4 frame header yet
+        elif self._lz is not None:
             lz = self._lz
             stop: list[lz4stream.Tail] = []
             content = b"".join(b.data for b in lz4stream.blocks(seg.read, seg.avail, lz, lz.size, 0, stop))
@@ -163,7 +167,8 @@ class SegmentWriter(Writer):
         lz = self._lz
         checksum = None
         if lz is not None:
-            body = lz4stream.encode_blocks(new, lz.max_block) + lz4stream.END_MARK
+            frame_header = lz4stream.BEATS_HEADER if tail.c == 0 else b""
+            body = frame_header + lz4stream.encode_blocks(new, lz.max_block) + lz4stream.END_MARK
             checksum = tail.checksum.copy()
             checksum.update(new)
             if lz.content_checksum:
