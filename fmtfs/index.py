@@ -18,7 +18,7 @@ from pathlib import Path
 
 import orjson
 
-from fmtfs.formats.base import Chunk, FileIdentity, Problem, State, Stream
+from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.render import render_views
 
 SCHEMA = """
@@ -144,6 +144,31 @@ class RenderedChunks:
                 self.used -= len(self.items.pop(key))
 
 
+class DecodedChunks:
+    """The last few decoded chunks (all their views), shared by the record
+    iterations of one stream's views: the Parquet twins of wallaby's hour
+    buckets, built one after the other as a listing stats them, each need
+    one or two chunks that their neighbours decoded already."""
+
+    def __init__(self, capacity: int = 6) -> None:
+        self.capacity = capacity
+        self.items: dict[tuple, dict[str, list[Record]]] = {}
+        self.lock = threading.Lock()
+
+    def get(self, key: tuple, decode) -> dict[str, list[Record]]:
+        with self.lock:
+            found = self.items.pop(key, None)
+            if found is not None:
+                self.items[key] = found  # most recent last
+                return found
+        found = decode()
+        with self.lock:
+            self.items[key] = found
+            while len(self.items) > self.capacity:
+                self.items.pop(next(iter(self.items)))
+        return found
+
+
 class Index:
     """Chunk tables of one source's streams, persisted in SQLite."""
 
@@ -158,6 +183,7 @@ class Index:
         self.lock = threading.RLock()
         self.entries: dict[str, StreamEntry] = {}
         self.rendered = RenderedChunks()
+        self.decoded = DecodedChunks()
 
     # -- indexing ---------------------------------------------------------
 
@@ -351,9 +377,12 @@ class Index:
         pieces = entry.views.get(view)
         if pieces is None:
             return
-        for seq in pieces.seqs:
+        stream = entry.stream
+        for seq in list(pieces.seqs):
             meta = entry.chunks[seq]
-            yield entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {})).get(view, [])
+            key = (stream.name, entry.identity, seq, meta.start, meta.end)
+            decoded = self.decoded.get(key, lambda m=meta: stream.decode(Chunk(m.start, m.end, m.state, {})))
+            yield decoded.get(view, [])
 
     # -- derived views ----------------------------------------------------
 

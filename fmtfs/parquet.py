@@ -497,31 +497,3 @@ def remove_older(folder: Path, prefix: str, keep: Path) -> None:
                 old.unlink()
             except OSError:
                 pass
-
-
-class DecodedChunks:
-    """The last few decoded chunks (all their views), shared by the twins of
-    one stream's views: the twins of wallaby's hour buckets, built one after
-    the other as a listing stats them, each need one or two chunks that
-    their neighbours decoded already."""
-
-    def __init__(self, capacity: int = 6) -> None:
-        self.capacity = capacity
-        self.items: dict[tuple, dict[str, list[Record]]] = {}
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple, decode) -> dict[str, list[Record]]:
-        with self.lock:
-            found = self.items.pop(key, None)
-            if found is not None:
-                self.items[key] = found  # most recent last
-                return found
-        found = decode()
-        with self.lock:
-            self.items[key] = found
-            while len(self.items) > self.capacity:
-                self.items.pop(next(iter(self.items)))
-        return found
-
-
-DECODED = DecodedChunks()

@@ -196,7 +196,7 @@ class ParquetFile(ViewFile):
         keys = schemas.bytes_keys(fmt.name, self.view)
 
         def build(target: Path) -> None:
-            parquet.write_parquet(self._records(), schema, target, keys)
+            parquet.write_parquet(self.source.records(), schema, target, keys)
 
         for attempt in range(3):
             identity = self.source.identity()
@@ -209,26 +209,6 @@ class ParquetFile(ViewFile):
             target.unlink(missing_ok=True)
         parquet.remove_older(self.tree.parquet_dir, prefix + "-", target)
         return target
-
-    def _records(self):
-        """The view's record batches; an indexed view's chunks go through a
-        small shared memo, so sibling views (buckets) decode each chunk once."""
-        source = self.source
-        if not isinstance(source, IndexedFile):
-            yield from source.records()
-            return
-        from fmtfs.formats.base import Chunk
-
-        entry, view = source.entry, source.view
-        pieces = entry.views.get(view)
-        stream = entry.stream
-        for seq in list(pieces.seqs) if pieces else []:
-            meta = entry.chunks[seq]
-            key = (self.tree.source_key, stream.name, entry.identity, seq, meta.start, meta.end)
-            decoded = parquet.DECODED.get(
-                key, lambda m=meta: stream.decode(Chunk(m.start, m.end, m.state, {}))
-            )
-            yield decoded.get(view, [])
 
     def size(self) -> int:
         return self.path().stat().st_size
