@@ -13,6 +13,7 @@ import hashlib
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +40,8 @@ CREATE TABLE IF NOT EXISTS chunks (
     end_ INTEGER NOT NULL,
     state BLOB NOT NULL,
     count INTEGER NOT NULL,
+    tmin INTEGER,
+    tmax INTEGER,
     PRIMARY KEY (stream, seq)
 );
 CREATE TABLE IF NOT EXISTS pieces (
@@ -63,6 +66,12 @@ CREATE TABLE IF NOT EXISTS derived (
 );
 """
 
+# Bump when the tables change shape: an older cache is dropped and rebuilt.
+SCHEMA_VERSION = 2
+
+# Told of every chunk a scan produces: (native bytes, records).
+Progress = Callable[[int, int], None]
+
 # Derived views larger than this are recomputed on a new mount, not stored.
 DERIVED_STORE_LIMIT = 16 << 20
 
@@ -73,6 +82,7 @@ class ChunkMeta:
     end: int
     state: State
     count: int  # records in the stream's primary (first) view
+    times: tuple[int, int] | None = None  # Chunk.times: earliest, latest record time (ns)
 
 
 @dataclass
@@ -179,17 +189,26 @@ class Index:
         self.db = sqlite3.connect(cache_dir / "index.sqlite3", check_same_thread=False, timeout=30)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
-        self.db.executescript(SCHEMA)
+        self._migrate()
         self.lock = threading.RLock()
         self.entries: dict[str, StreamEntry] = {}
         self.rendered = RenderedChunks()
         self.decoded = DecodedChunks()
 
+    def _migrate(self) -> None:
+        """Tables of an older shape are dropped: the index is a cache."""
+        with self.db:
+            if self.db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
+                for table in ("streams", "chunks", "pieces", "problems", "derived"):
+                    self.db.execute(f"DROP TABLE IF EXISTS {table}")
+            self.db.executescript(SCHEMA)
+            self.db.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+
     # -- indexing ---------------------------------------------------------
 
-    def update(self, stream: Stream) -> tuple[StreamEntry, bool]:
+    def update(self, stream: Stream, progress: Progress | None = None) -> tuple[StreamEntry, bool]:
         """The index of `stream`, brought up to date with its file.
-        Returns (entry, changed)."""
+        Returns (entry, changed).  `progress` is told of every chunk scanned."""
         identity = FileIdentity.of(stream.path)
         with self.lock:
             entry = self.entries.get(stream.name)
@@ -210,9 +229,9 @@ class Index:
             try:
                 if grown:
                     entry.stream = stream
-                    self._resume(entry, identity)
+                    self._resume(entry, identity, progress)
                 else:
-                    entry = self._rescan(stream, identity)
+                    entry = self._rescan(stream, identity, progress)
             except BaseException:
                 # a half-scanned entry must not be trusted later: start over next time
                 self.db.rollback()
@@ -247,10 +266,11 @@ class Index:
             return None
         row_id = row[0]
         entry = StreamEntry(stream, row_id, FileIdentity(str(stream.path), row[3], row[4], row[2]))
-        for start, end, state, count in self.db.execute(
-            "SELECT start, end_, state, count FROM chunks WHERE stream=? ORDER BY seq", (row_id,)
+        for start, end, state, count, tmin, tmax in self.db.execute(
+            "SELECT start, end_, state, count, tmin, tmax FROM chunks WHERE stream=? ORDER BY seq", (row_id,)
         ):
-            entry.chunks.append(ChunkMeta(start, end, orjson.loads(state), count))
+            times = (tmin, tmax) if tmin is not None else None
+            entry.chunks.append(ChunkMeta(start, end, orjson.loads(state), count, times))
         for view, seq, length in self.db.execute(
             "SELECT view, seq, length FROM pieces WHERE stream=? ORDER BY view, seq", (row_id,)
         ):
@@ -266,7 +286,7 @@ class Index:
     def _version(self, stream: Stream) -> str:
         return f"{self.version}/{type(stream).__qualname__}/{stream.renderer_version}"
 
-    def _rescan(self, stream: Stream, identity: FileIdentity) -> StreamEntry:
+    def _rescan(self, stream: Stream, identity: FileIdentity, progress: Progress | None) -> StreamEntry:
         cur = self.db.execute(
             "SELECT id FROM streams WHERE source=? AND name=?", (self.source_key, stream.name)
         ).fetchone()
@@ -277,10 +297,10 @@ class Index:
             (self.source_key, stream.name, self._version(stream), identity.inode, 0, 0),
         ).lastrowid
         entry = StreamEntry(stream, row_id, identity)
-        self._scan_into(entry, None, None, identity)
+        self._scan_into(entry, None, None, identity, progress)
         return entry
 
-    def _resume(self, entry: StreamEntry, identity: FileIdentity) -> None:
+    def _resume(self, entry: StreamEntry, identity: FileIdentity, progress: Progress | None) -> None:
         """Re-scan from the start of the last chunk, so a slowly growing file
         keeps full-sized chunks and a torn tail that completed is re-read."""
         start: int | None = None
@@ -297,10 +317,15 @@ class Index:
         keep_before = start if start is not None else 0
         entry.problems = [p for p in entry.problems if p.offset < keep_before]
         self.db.execute("DELETE FROM problems WHERE stream=? AND offset>=?", (entry.row_id, keep_before))
-        self._scan_into(entry, start, state, identity)
+        self._scan_into(entry, start, state, identity, progress)
 
     def _scan_into(
-        self, entry: StreamEntry, start: int | None, state: State | None, identity: FileIdentity
+        self,
+        entry: StreamEntry,
+        start: int | None,
+        state: State | None,
+        identity: FileIdentity,
+        progress: Progress | None,
     ) -> None:
         chunk_rows = []
         piece_rows = []
@@ -312,8 +337,13 @@ class Index:
                 continue
             seq = len(entry.chunks)
             count = len(next(iter(item.records.values()))) if item.records else 0
-            entry.chunks.append(ChunkMeta(item.start, item.end, item.state, count))
-            chunk_rows.append((entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), count))
+            entry.chunks.append(ChunkMeta(item.start, item.end, item.state, count, item.times))
+            tmin, tmax = item.times or (None, None)
+            chunk_rows.append(
+                (entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), count, tmin, tmax)
+            )
+            if progress is not None:
+                progress(item.end - item.start, count)
             for view, data in render_views(item.records).items():
                 entry.views.setdefault(view, ViewPieces()).add(seq, len(data))
                 if data:
@@ -321,7 +351,7 @@ class Index:
         self._add_fixed_views(entry)
         entry.identity = identity
         with self.db:
-            self.db.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?)", chunk_rows)
+            self.db.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?)", chunk_rows)
             self.db.executemany("INSERT INTO pieces VALUES (?,?,?,?)", piece_rows)
             self.db.executemany("INSERT INTO problems VALUES (?,?,?,?)", problem_rows)
             self.db.execute(

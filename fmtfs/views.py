@@ -18,7 +18,7 @@ import orjson
 
 from fmtfs import __version__, parquet
 from fmtfs.formats.base import BadRecord, Format, FormatError, Problem, ReadOnlyView, Record, Writer
-from fmtfs.index import Index, StreamEntry, digest
+from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
 
 log = logging.getLogger("fmtfs")
@@ -335,8 +335,11 @@ def _whole_object(text: bytes) -> Record | None:
 class SourceTree:
     """The whole tree of one mounted source."""
 
-    def __init__(self, fmt: Format, cache_dir: Path, readonly: bool = False) -> None:
+    def __init__(
+        self, fmt: Format, cache_dir: Path, readonly: bool = False, progress: Progress | None = None
+    ) -> None:
         self.format = fmt
+        self.progress = progress  # told of every chunk indexed (fmtfs index's progress bar)
         self.readonly = readonly
         self.source_key = f"{fmt.name}:{fmt.source.resolve()}"
         options_key = {k: v for k, v in fmt.options.items() if k != "key"}
@@ -408,7 +411,7 @@ class SourceTree:
         self.index_failures: list[Problem] = []
         for stream in streams:
             try:
-                entry, _ = self.index.update(stream)
+                entry, _ = self.index.update(stream, self.progress)
             except Exception as exc:  # a decoder bug must not take the whole mount down
                 log.exception("indexing %s failed", stream.path)
                 self.index_failures.append(Problem(stream.path.name, 0, f"cannot decode this file: {exc}"))

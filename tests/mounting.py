@@ -13,8 +13,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-
 
 def fmtfs(
     *args: str | os.PathLike, check: bool = True, env: dict | None = None

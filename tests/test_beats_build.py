@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import struct
 import zlib
-from pathlib import Path
 
 import cbor2
 import lz4.block
@@ -19,8 +18,9 @@ import pytest
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-FIXTURES = SHARED / "fixtures" / "beats"
+from tests.conftest import FIXTURES as FIXTURES_ROOT
+
+FIXTURES = FIXTURES_ROOT / "beats"
 KEY = bytes.fromhex("000102030405060708090a0b0c0d0e0f")
 IV = bytes.fromhex("101112131415161718191a1b1c1d1e1f")
 TS = 1659105780000000000

@@ -17,8 +17,9 @@ import pytest
 from fmtfs.formats.base import BadRecord
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.tree import build_tree, read_header
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "gvfs"
+FIXTURES = FIXTURES_ROOT / "gvfs"
 DAEMON = "/usr/libexec/gvfsd-metadata"
 PACKAGES = "gvfs gvfs-daemons libglib2.0-bin dbus"
 

@@ -14,8 +14,9 @@ from fmtfs.formats.gvfs.ghash import SlotOrder, str_hash
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry, read_journal, verify_entry
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV
 from fmtfs.formats.gvfs.tree import TreeError, build_tree, read_header, read_tree
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "gvfs"
+FIXTURES = FIXTURES_ROOT / "gvfs"
 
 
 def scan_all(stream) -> tuple[list[dict], list[Problem], list[Chunk]]:

@@ -19,8 +19,9 @@ from fmtfs.formats.gvfs.model import MetaModel, Node
 from fmtfs.formats.gvfs.records import record_entry, show_time
 from fmtfs.formats.gvfs.tree import build_tree, read_header, read_tree
 from fmtfs.samples import gvfs as sample
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "gvfs"
+FIXTURES = FIXTURES_ROOT / "gvfs"
 
 
 def journal_lines(folder: Path, tree: str = "home") -> list[dict]:

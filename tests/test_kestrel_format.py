@@ -15,8 +15,9 @@ from fmtfs.formats.kestrel import KestrelFormat
 from fmtfs.formats.kestrel.records import WRITER_MAGIC, encode_put, encode_read_done, encode_read_head
 from fmtfs.formats.kestrel.streams import CHUNK_RECORDS
 from fmtfs.samples.kestrel import generate
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kestrel"
+FIXTURES = FIXTURES_ROOT / "kestrel"
 
 
 def put_file(path: Path, ids, data=b"x", start: int = 0) -> bytes:

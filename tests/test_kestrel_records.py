@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -25,8 +23,9 @@ from fmtfs.formats.kestrel.records import (
     iter_records,
     put_size,
 )
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kestrel"
+FIXTURES = FIXTURES_ROOT / "kestrel"
 
 
 def fixture(name: str) -> bytes:

@@ -16,8 +16,9 @@ from fmtfs.formats.base import BadRecord, Chunk, ReadOnlyView
 from fmtfs.formats.kestrel import KestrelFormat
 from fmtfs.formats.kestrel.records import READER_MAGIC, WRITER_MAGIC, encode_put, encode_reader_file, put_size
 from fmtfs.formats.kestrel.writers import PutWriter
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "kestrel"
+FIXTURES = FIXTURES_ROOT / "kestrel"
 
 
 class Clock:

@@ -10,8 +10,9 @@ import pytest
 from fmtfs.formats.base import Chunk, Problem
 from fmtfs.formats.proio import ProioFormat, wire
 from fmtfs.formats.proio.reader import read_head, walk_heads
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "proio"
+FIXTURES = FIXTURES_ROOT / "proio"
 
 
 def read(path: Path) -> tuple[list[dict], list[Problem]]:

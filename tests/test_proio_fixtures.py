@@ -5,7 +5,6 @@ from __future__ import annotations
 import base64
 import json
 import shutil
-from pathlib import Path
 
 import orjson
 import pytest
@@ -15,9 +14,9 @@ from fmtfs.formats.base import Chunk, Problem
 from fmtfs.formats.proio import ProioFormat, wire
 from fmtfs.formats.proio.bundled import BUNDLED
 from fmtfs.formats.proio.reader import read_head
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
-FIXTURES = SHARED / "fixtures" / "proio"
+FIXTURES = FIXTURES_ROOT / "proio"
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.proio"))
 
 # spec §9: LZMA, LZ4, GZIP, uncompressed, events, FileDescriptorProtos

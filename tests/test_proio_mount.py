@@ -13,9 +13,10 @@ import orjson
 import pytest
 
 from fmtfs.formats.proio.reader import walk_heads
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 from tests.mounting import fmtfs, mounted
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "proio"
+FIXTURES = FIXTURES_ROOT / "proio"
 
 
 def jsonl(data: bytes) -> list[dict]:

@@ -23,8 +23,9 @@ from fmtfs.formats.proio import ProioFormat, wire
 from fmtfs.formats.proio.reader import read_head
 from fmtfs.formats.proio.schema import Resolver, bundled
 from fmtfs.formats.proio.writer import ProioWriter
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "proio"
+FIXTURES = FIXTURES_ROOT / "proio"
 PYTHON = os.environ.get("PYPROIO_PYTHON", "/tmp/pyproio-venv/bin/python")
 
 ORACLE = r"""

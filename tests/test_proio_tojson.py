@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import orjson
 import pytest
@@ -14,8 +13,9 @@ from hypothesis import strategies as st
 from fmtfs.formats.proio.reader import read_head
 from fmtfs.formats.proio.schema import Resolver, bundled
 from fmtfs.formats.proio.tojson import converter
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "proio"
+FIXTURES = FIXTURES_ROOT / "proio"
 
 SCALARS = {
     "TYPE_INT32": st.integers(-(2**31), 2**31 - 1),

@@ -18,8 +18,9 @@ from fmtfs.formats.proio.reader import read_head, walk_heads
 from fmtfs.formats.proio.schema import Resolver, bundled
 from fmtfs.formats.proio.writer import ProioWriter
 from fmtfs.samples.proio import generate
+from tests.conftest import FIXTURES as FIXTURES_ROOT
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "proio"
+FIXTURES = FIXTURES_ROOT / "proio"
 
 
 def records(path: Path, options: dict | None = None) -> dict[str, list]:

@@ -72,6 +72,10 @@ class Chunk:
     state: State  # what decode() needs besides the bytes in [start, end)
     next_state: State  # the state a scan resumed at `end` starts from
     records: dict[str, list[Record]] = field(default_factory=dict)
+    # (earliest, latest) record time in ns since the epoch (UTC), for formats
+    # whose records carry a time; None when none of them does.  Kept in the
+    # index so time filters and time buckets can skip whole chunks.
+    times: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
