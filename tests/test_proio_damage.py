@@ -11,6 +11,7 @@ from fmtfs.formats.base import Chunk, Problem
 from fmtfs.formats.proio import ProioFormat, wire
 from fmtfs.formats.proio.reader import read_head, walk_heads
 from tests.conftest import FIXTURES as FIXTURES_ROOT
+from tests.mounting import fmtfs
 
 FIXTURES = FIXTURES_ROOT / "proio"
 
@@ -79,6 +80,46 @@ def test_junk_between_buckets_resyncs(tmp_path):
     full, _ = read(FIXTURES / "py-uncompressed.proio")
     assert same(events, full)
     assert [(p.offset, "junk" in p.error) for p in problems] == [(cut, True)]
+
+
+# A torn start: the tail of a bucket payload, then a magic cut in two.
+TORN_START = b"\x17junk\x00from a torn bucket" + wire.MAGIC[:9]
+
+
+def test_junk_before_the_first_bucket_resyncs_and_is_reported(tmp_path):
+    data = (FIXTURES / "py-lz4.proio").read_bytes()
+    path = tmp_path / "torn.proio"
+    path.write_bytes(TORN_START + data)
+    events, problems = read(path)
+    full, _ = read(FIXTURES / "py-lz4.proio")
+    assert same(events, full)
+    assert [(p.file, p.offset) for p in problems] == [("torn.proio", 0)]
+    assert f"skipped {len(TORN_START)} bytes" in problems[0].error
+    assert f"magic at {len(TORN_START)}" in problems[0].error
+
+
+@pytest.mark.parametrize("format_option", [(), ("--format", "proio")])
+@pytest.mark.parametrize("single_file", [False, True])
+def test_junk_start_through_the_command_line(tmp_path, format_option, single_file):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    path = folder / "torn.proio"
+    path.write_bytes(TORN_START + (FIXTURES / "py-lz4.proio").read_bytes())
+    source = path if single_file else folder
+    cache = tmp_path / "cache"
+    listed = fmtfs("ls", source, "torn.proio", "--cache-dir", cache, *format_option).stdout.decode()
+    assert listed.split() == ["_summary.txt", "buckets/", "events.jsonl", "types/"]
+    events = fmtfs("cat", source, "torn.proio/events.jsonl", "--cache-dir", cache, *format_option).stdout
+    full, _ = read(FIXTURES / "py-lz4.proio")
+    assert events == b"".join(orjson.dumps(e) + b"\n" for e in full)
+    errors = fmtfs("cat", source, "_errors.jsonl", "--cache-dir", cache, *format_option).stdout
+    assert [orjson.loads(line) for line in errors.splitlines()] == [
+        {
+            "file": "torn.proio",
+            "offset": 0,
+            "error": f"skipped {len(TORN_START)} bytes of junk before the bucket magic at {len(TORN_START)}",
+        }
+    ]
 
 
 def test_unparsable_header_drops_only_that_bucket(tmp_path):

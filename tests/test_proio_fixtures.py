@@ -13,6 +13,7 @@ from fmtfs.formats import detect
 from fmtfs.formats.base import Chunk, Problem
 from fmtfs.formats.proio import ProioFormat, wire
 from fmtfs.formats.proio.bundled import BUNDLED
+from fmtfs.formats.proio.format import SNIFF_BYTES
 from fmtfs.formats.proio.reader import read_head
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
@@ -157,6 +158,16 @@ def test_detect(tmp_path):
     other.write_bytes(b"\xe1\xc1" + b"\x00" * 13 + b"\x01")
     assert not ProioFormat.detect(other)
     assert not ProioFormat.detect(tmp_path)
+    # a torn start: detected by the suffix, or by a magic within the first bytes
+    data = (FIXTURES / "py-lz4.proio").read_bytes()
+    torn = data[5:]  # starts inside the first magic
+    (tmp_path / "torn.proio").write_bytes(torn)
+    assert ProioFormat.detect(tmp_path / "torn.proio") and ProioFormat.detect(tmp_path)
+    (tmp_path / "torn.proio").unlink()
+    (tmp_path / "torn.bin").write_bytes(torn)
+    assert ProioFormat.detect(tmp_path / "torn.bin") and ProioFormat.detect(tmp_path)
+    (tmp_path / "torn.bin").write_bytes(b"\x00" * SNIFF_BYTES + data)
+    assert not ProioFormat.detect(tmp_path / "torn.bin") and not ProioFormat.detect(tmp_path)
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -89,3 +89,33 @@ def test_append_through_the_mount(source: Path) -> None:
             with pytest.raises(OSError) as caught:
                 open(mnt / ro, "ab").close()
             assert caught.value.errno in (errno.EACCES, errno.EROFS)
+
+
+def test_junk_start_is_read_reported_and_appended_to(tmp_path: Path) -> None:
+    """A stream whose first bytes are junk mounts (detected by its suffix, with
+    --format too), reads from the first magic, reports the junk in
+    `_errors.jsonl`, and takes appends."""
+    folder = tmp_path / "torn"
+    folder.mkdir()
+    junk = b"\x00\x17 torn bucket tail " + b"\xe1\xc1\x00\x00"
+    native = folder / "run.proio"
+    native.write_bytes(junk + (FIXTURES / "py-lz4.proio").read_bytes())
+    expected = fmtfs("cat", FIXTURES / "py-lz4.proio", "py-lz4.proio/events.jsonl").stdout
+    with mounted(folder, "--format", "proio") as mnt:
+        view = mnt / "run.proio/events.jsonl"
+        assert view.stat().st_size == len(expected)
+        assert view.read_bytes() == expected
+        errors = jsonl((mnt / "_errors.jsonl").read_bytes())
+        assert errors == [
+            {
+                "file": "run.proio",
+                "offset": 0,
+                "error": f"skipped {len(junk)} bytes of junk before the bucket magic at {len(junk)}",
+            }
+        ]
+        assert b"Number of events: 20\n" in (mnt / "run.proio/_summary.txt").read_bytes()
+        with open(view, "ab") as f:
+            f.write(orjson.dumps(jsonl(expected)[3]) + b"\n")
+        after = jsonl(view.read_bytes())
+        assert len(after) == 21 and after[20]["entries"] == jsonl(expected)[3]["entries"]
+    assert native.read_bytes().startswith(junk)

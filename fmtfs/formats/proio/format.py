@@ -23,9 +23,16 @@ from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descri
 from fmtfs.formats.proio.writer import ProioWriter
 from fmtfs.shape import decode_name, encode_name
 
+# How far into a file detection looks for a bucket magic: a stream whose
+# start is junk or torn is still proio (the reader resyncs at the first
+# magic and reports the skipped bytes), as the reference readers resync.
+SNIFF_BYTES = 64 << 10
+
 
 def _is_stream(path: Path) -> bool:
-    return path.is_file() and (path.suffix == ".proio" or read_prefix(path, len(wire.MAGIC)) == wire.MAGIC)
+    """A `.proio` file (whatever its first bytes), or any file with a bucket
+    magic within its first SNIFF_BYTES."""
+    return path.is_file() and (path.suffix == ".proio" or wire.MAGIC in read_prefix(path, SNIFF_BYTES))
 
 
 class ProioFormat(Format):
@@ -47,13 +54,9 @@ class ProioFormat(Format):
 
     @classmethod
     def detect(cls, source: Path) -> bool:
-        if source.is_file():
-            return read_prefix(source, len(wire.MAGIC)) == wire.MAGIC
         if source.is_dir():
-            return any(
-                p.is_file() and read_prefix(p, len(wire.MAGIC)) == wire.MAGIC for p in source.iterdir()
-            )
-        return False
+            return any(_is_stream(p) for p in source.iterdir())
+        return _is_stream(source)
 
     def _paths(self) -> list[Path]:
         if self.source.is_file():
