@@ -13,6 +13,7 @@ from fmtfs.formats.base import Chunk, FormatError, Problem
 from fmtfs.formats.beats import BeatsFormat
 from fmtfs.formats.beats.layout import QueueState, encode_state
 from fmtfs.shape import format_time
+from tests import resume
 from tests.test_beats_build import EXAMPLE_HEX, KEY, TS, event, proto_event, segment
 from tests.trees import view_records
 
@@ -159,9 +160,8 @@ def test_growth_resumes_from_last_chunk(tmp_path: Path) -> None:
     stream = fmt.streams()[0]
     chunks = [c for c in stream.scan(None, None) if isinstance(c, Chunk)]
     path.write_bytes(full)
-    more = [c for c in stream.scan(chunks[-1].end, chunks[-1].next_state) if isinstance(c, Chunk)]
-    got = [r for c in chunks + more for r in c.records["segments/0.jsonl"]]
-    assert got == [expected(e) for e in events]
+    more = resume.rescan(stream, chunks[-1])
+    assert resume.records(chunks[:-1] + more, "segments/0.jsonl") == [expected(e) for e in events]
 
 
 def test_growth_of_a_compressed_segment_without_end_mark(tmp_path: Path) -> None:
@@ -180,9 +180,8 @@ def test_growth_of_a_compressed_segment_without_end_mark(tmp_path: Path) -> None
     items = list(stream.scan(None, None))
     chunks = [c for c in items if isinstance(c, Chunk)]
     path.write_bytes(whole)
-    more = [c for c in stream.scan(chunks[-1].end, chunks[-1].next_state) if isinstance(c, Chunk)]
-    got = [r for c in chunks + more for r in c.records["segments/0.jsonl"]]
-    assert got == [expected(e) for e in events]
+    more = resume.rescan(stream, chunks[-1])
+    assert resume.records(chunks[:-1] + more, "segments/0.jsonl") == [expected(e) for e in events]
 
 
 def _pending(src: Path) -> list[dict]:

@@ -15,6 +15,7 @@ from fmtfs.formats.proio import ProioFormat, wire
 from fmtfs.formats.proio.bundled import BUNDLED
 from fmtfs.formats.proio.format import SNIFF_BYTES
 from fmtfs.formats.proio.reader import read_head
+from tests import resume
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
 FIXTURES = FIXTURES_ROOT / "proio"
@@ -176,7 +177,7 @@ def test_decode_repeats_scan_and_state_is_small(name):
     chunks = [c for c in stream.scan(None, None) if isinstance(c, Chunk)]
     assert chunks
     for chunk in chunks:
-        fresh = Chunk(chunk.start, chunk.end, chunk.state, chunk.next_state)
+        fresh = Chunk(chunk.start, chunk.end, chunk.state)
         assert dumps(stream.decode(fresh)) == dumps(chunk.records)
         assert len(orjson.dumps(chunk.state)) < 300  # offsets, not descriptors
         json.loads(json.dumps(chunk.state))  # JSON-serialisable
@@ -189,13 +190,17 @@ def test_chunks_group_small_buckets_and_decode_from_the_middle(monkeypatch):
     stream = ProioFormat(FIXTURES / "py-uncompressed.proio", {}).streams()[0]
     chunks = [c for c in stream.scan(None, None) if isinstance(c, Chunk)]
     assert len(chunks) > 3
-    for a, b in zip(chunks, chunks[1:], strict=False):
-        assert a.end == b.start and a.next_state == b.state
+    assert all(a.end == b.start for a, b in zip(chunks, chunks[1:], strict=False))
+    # a scan from any chunk's start and state gives that chunk and the rest again
+    for i in (1, len(chunks) // 2, len(chunks) - 1):
+        again = resume.rescan(stream, chunks[i])
+        assert [(c.end, c.state) for c in again] == [(c.end, c.state) for c in chunks[i:]]
+        assert dumps([c.records for c in again]) == dumps([c.records for c in chunks[i:]])
     # a chunk after the example/lcio descriptors resolves them from offsets
     last = chunks[-1]
     assert len(last.state["descriptors"]) == 3
     stream2 = ProioFormat(FIXTURES / "py-uncompressed.proio", {}).streams()[0]  # cold caches
-    fresh = stream2.decode(Chunk(last.start, last.end, last.state, last.next_state))
+    fresh = stream2.decode(Chunk(last.start, last.end, last.state))
     assert dumps(fresh) == dumps(last.records)
     assert any("lcio.MCParticle" in p for p in fresh)
 
@@ -210,9 +215,8 @@ def test_scan_resumes_when_the_file_grows(tmp_path):
     chunks = [c for c in first if isinstance(c, Chunk)]
     assert isinstance(first[-1], Problem) and "truncated" in first[-1].error
     path.write_bytes(data)
-    rest = list(stream.scan(chunks[-1].end, chunks[-1].next_state))
-    assert not [p for p in rest if isinstance(p, Problem)]
-    resumed = [e for c in chunks + rest for e in c.records["s.proio/events.jsonl"]]
+    assert not [p for p in stream.scan(chunks[-1].start, chunks[-1].state) if isinstance(p, Problem)]
+    resumed = resume.records(chunks[:-1] + resume.rescan(stream, chunks[-1]), "s.proio/events.jsonl")
     whole, _, _ = scan(ProioFormat(path, {}))
     assert dumps(resumed) == dumps(whole["s.proio/events.jsonl"])
 

@@ -38,7 +38,7 @@ def scan_all(path: Path, bucket: str = "hour") -> tuple[list[dict], list[Problem
         else:
             records.extend(item.records[stream.records_view])
             # decode() of every chunk must give what the scan gave
-            again = stream.decode(Chunk(item.start, item.end, item.state, item.next_state))
+            again = stream.decode(Chunk(item.start, item.end, item.state))
             assert again == item.records
     return records, problems
 

@@ -69,8 +69,10 @@ class Chunk:
 
     start: int  # native offset where decoding of this chunk begins
     end: int  # native offset just after its last record
-    state: State  # what decode() needs besides the bytes in [start, end)
-    next_state: State  # the state a scan resumed at `end` starts from
+    # What decode() needs besides the bytes in [start, end).  A grown stream
+    # is scanned again from its last chunk's (start, state), so the state is
+    # all a scan needs to resume too.
+    state: State
     records: dict[str, list[Record]] = field(default_factory=dict)
     # (earliest, latest) record time in ns since the epoch (UTC), for formats
     # whose records carry a time; None when none of them does.  Kept in the
@@ -199,7 +201,3 @@ class Format(ABC):
         """The pyarrow schema of a record view's Parquet twin, or None to let
         fmtfs.parquet infer one from the records."""
         return None
-
-    def native_files(self) -> list[Path]:
-        """Every native file whose change should refresh the views."""
-        return [s.path for s in self.streams()]

@@ -137,7 +137,7 @@ class WallabyLog(Stream):
             records, stop, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end)
             count = len(records[self.records_view])
             if count:
-                yield Chunk(offset, stop, {"seq": seq}, {"seq": seq + count}, records)
+                yield Chunk(offset, stop, {"seq": seq}, records)
             if problem is not None:
                 yield problem
                 return

@@ -153,13 +153,6 @@ class BeatsFormat(Format):
             out.append(state)
         return out
 
-    def native_files(self) -> list[Path]:
-        files = [s.path for s in self.streams()]
-        state = self.source / STATE_FILE
-        if state.exists():
-            files.append(state)
-        return files
-
     def info(self) -> dict[str, Any]:
         segments = []
         for stream in self.streams():

@@ -47,12 +47,11 @@ class KeyRejected(Exception):
 
 @dataclass
 class Run:
-    """Consecutive decoded frames, with the states before and after them."""
+    """Consecutive decoded frames and the state decoding them starts from."""
 
     start: int  # native file offset where decoding starts
     end: int  # native file offset of the resume point
     state: dict[str, Any]
-    next_state: dict[str, Any]
     records: list[Any]
     positions: list[int] = field(default_factory=list)  # logical offsets (if asked)
 
@@ -210,7 +209,6 @@ class Segment:
                     d + p,
                     d + new_p,
                     state,
-                    {"pos": new_p},
                     records,
                     [logical + base + x for x in w.positions],
                 )
@@ -311,7 +309,6 @@ class Segment:
                     d + held[0].c,
                     d + nc,
                     start_state,
-                    {"block": nc, "u": nu, "skip": ns, **extra},
                     records,
                     [logical + base_u + x for x in w.positions],
                 )

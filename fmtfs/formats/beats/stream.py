@@ -52,7 +52,7 @@ class SegmentStream(Stream):
             return
         for item in seg.runs_from(start, state):
             if isinstance(item, Run):
-                yield Chunk(item.start, item.end, item.state, item.next_state, {self.view: item.records})
+                yield Chunk(item.start, item.end, item.state, {self.view: item.records})
             else:
                 yield item
 

@@ -73,7 +73,7 @@ class GvfsJournalStream(Stream):
         for item in iter_entries(data, off, index, total):
             if isinstance(item, Invalid):
                 if off > chunk_start:
-                    yield self._chunk(chunk_start, off, chunk_index, index, records)
+                    yield self._chunk(chunk_start, off, chunk_index, records)
                 yield Problem(
                     self.name,
                     item.offset,
@@ -88,13 +88,13 @@ class GvfsJournalStream(Stream):
                 off += item.size
             index += 1
             if len(records) >= CHUNK_RECORDS:
-                yield self._chunk(chunk_start, off, chunk_index, index, records)
+                yield self._chunk(chunk_start, off, chunk_index, records)
                 chunk_start, chunk_index, records = off, index, []
         if off > chunk_start:
-            yield self._chunk(chunk_start, off, chunk_index, index, records)
+            yield self._chunk(chunk_start, off, chunk_index, records)
 
-    def _chunk(self, start: int, end: int, first: int, after: int, records: list[Record]) -> Chunk:
-        return Chunk(start, end, {"entries": first}, {"entries": after}, {self.view: records})
+    def _chunk(self, start: int, end: int, first: int, records: list[Record]) -> Chunk:
+        return Chunk(start, end, {"entries": first}, {self.view: records})
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         data = self._data()
@@ -212,14 +212,6 @@ class GvfsFormat(Format):
                 detail["journal_size"] = j.header.file_size
             trees[tree.name] = detail
         return {"trees": trees, "ignored_files": cat.ignored}
-
-    def native_files(self) -> list[Path]:
-        out = []
-        for tree in self._catalog().trees:
-            out.append(tree.path)
-            if tree.journal_path.is_file():
-                out.append(tree.journal_path)
-        return out
 
     def writer(self, view_path: str, create: bool) -> Writer:
         parts = view_path.strip("/").split("/")

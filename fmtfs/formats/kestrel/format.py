@@ -82,14 +82,6 @@ class KestrelFormat(Format):
             out.extend(LegacyStream(f) for f in queue.legacy)
         return out
 
-    def native_files(self) -> list[Path]:
-        paths: list[Path] = []
-        for queue in self._queues().values():
-            paths.extend(w.path for w in queue.writers)
-            paths.extend(r.path for r in queue.readers)
-            paths.extend(f.path for f in queue.legacy)
-        return paths
-
     def _reader_states(self, queue: Queue) -> tuple[dict[str, ReaderState], list[Problem]]:
         states: dict[str, ReaderState] = {}
         problems: list[Problem] = []

@@ -87,7 +87,7 @@ class _ChunkedStream(Stream):
                 buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped
             )
             if after > pos:
-                yield Chunk(pos, after, {}, {}, {self.view: out})
+                yield Chunk(pos, after, {}, {self.view: out})
             yield from skipped
             if failure is not None:
                 yield failure

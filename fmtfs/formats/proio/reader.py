@@ -278,7 +278,6 @@ class ProioStream(Stream):
         def close() -> Iterator[Chunk | Problem]:
             nonlocal chunk
             if chunk is not None:
-                chunk.next_state = cursor.state()
                 yield chunk
                 chunk = None
             yield from pending
@@ -334,7 +333,7 @@ class ProioStream(Stream):
                 pos = later
                 continue
             if chunk is None:
-                chunk = Chunk(start=magic, end=head.end, state=before, next_state={}, records=records)
+                chunk = Chunk(start=magic, end=head.end, state=before, records=records)
             chunk.end = head.end
             pos = head.end
             if (
