@@ -6,11 +6,14 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import orjson
 import pytest
 
-from fmtfs.formats.base import FormatError
+from fmtfs.formats.base import FormatError, Problem
 from fmtfs.formats.beats import BeatsFormat, derive_key, lz4stream, read_key_file
 from fmtfs.formats.beats.layout import QueueState, encode_state
+from tests import resume
+from tests.mounting import fmtfs
 from tests.test_beats_build import EXAMPLE_HEX, FIXTURES, KEY, event, frame, segment
 from tests.test_beats_read import expected, read
 from tests.trees import view_records
@@ -167,11 +170,17 @@ def _decode_container(data: bytes) -> tuple[bytes, lz4stream.Tail]:
     return out, tail[0]
 
 
+def _content_error(data: bytes, tail: lz4stream.Tail) -> str | None:
+    read_at = lambda c, n: data[c : c + n]  # noqa: E731
+    return lz4stream.content_error(read_at, len(data), lz4stream.parse_header(data[:19]), tail)
+
+
 def test_lz4_pierrec_vector() -> None:
     data = (FIXTURES / "lz4_abc_pierrec_v4.bin").read_bytes()
     assert data.hex() == "04224d186470b903000080616263" + "00000000ff53d132"
     out, tail = _decode_container(data)
     assert out == b"abc" and tail.kind == "end" and tail.trailing == 0
+    assert tail.digest == 0x32D153FF and _content_error(data, tail) is None
     assert lz4stream.compressor_frame(b"abc") == data
     assert lz4stream.xxh32(b"abc") == 0x32D153FF
     assert lz4stream.BEATS_HEADER + lz4stream.encode_blocks(b"abc") + lz4stream.END_MARK + data[-4:] == data
@@ -184,6 +193,69 @@ def test_lz4_cli_vector_with_trailing_byte() -> None:
     head = lz4stream.parse_header(data)
     assert out == b"abc\n" and head.max_block == 64 << 10
     assert tail.kind == "end" and tail.trailing == 1
+    assert tail.digest == 0x087B3E6C and _content_error(data, tail) is None
+
+
+@pytest.mark.parametrize("name", ["lz4_abc_pierrec_v4.bin", "lz4_abc_lz4cli_1.9.3.bin"])
+def test_lz4_vectors_with_a_flipped_content_checksum(name: str) -> None:
+    data = bytearray((FIXTURES / name).read_bytes())
+    at = data.index(lz4stream.END_MARK, 7) + 4  # the checksum follows the end mark
+    data[at] ^= 0x01
+    out, tail = _decode_container(bytes(data))
+    assert out.startswith(b"abc")  # the content is still read
+    error = _content_error(bytes(data), tail)
+    assert error is not None and f"{tail.digest:08x}" in error
+    # a pass that started mid-frame (no digest of its own) decodes the frame again
+    again = lz4stream.Tail("end", tail.c, trailing=tail.trailing)
+    assert _content_error(bytes(data), again) == error
+
+
+def test_lz4_segment_with_a_flipped_content_checksum(tmp_path: Path) -> None:
+    events = [event(i, 300) for i in range(40)]
+    data = bytearray(segment("v2", events, 2, lz4_piece=4000))
+    data[-4:] = bytes(b ^ 0xFF for b in data[-4:])
+    (tmp_path / "0.seg").write_bytes(bytes(data))
+    views, problems = read(tmp_path)
+    assert views["segments/0.jsonl"] == [expected(e) for e in events]  # every frame stays readable
+    assert [(p.file, p.offset) for p in problems] == [("0.seg", len(data) - 4)]
+    assert "content checksum" in problems[0].error
+    errors = fmtfs("cat", tmp_path, "_errors.jsonl", "--cache-dir", tmp_path / "cache").stdout
+    assert [orjson.loads(line) for line in errors.splitlines()] == [
+        {"file": "0.seg", "offset": len(data) - 4, "error": problems[0].error}
+    ]
+    data[-4:] = bytes(b ^ 0xFF for b in data[-4:])
+    (tmp_path / "0.seg").write_bytes(bytes(data))
+    assert read(tmp_path)[1] == []
+
+
+@pytest.mark.parametrize("good", [True, False])
+def test_lz4_checksum_checked_when_a_resumed_scan_meets_the_end_mark(
+    tmp_path: Path, good: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from fmtfs.formats.beats import segment as segment_module
+
+    monkeypatch.setattr(segment_module, "CHUNK_RECORDS", 8)  # so the last chunk starts mid-frame
+    events = [event(i, 300) for i in range(60)]
+    whole = bytearray(segment("v2", events, 2 | 1, lz4_piece=4000))
+    if not good:
+        whole[-1] ^= 0x01  # CTR: flipping a ciphertext bit flips that plaintext bit
+    path = tmp_path / "0.seg"
+    path.write_bytes(bytes(whole[: len(whole) * 2 // 3]))  # still being written: no end mark yet
+    stream = BeatsFormat(tmp_path, {"key": KEY}).streams()[0]
+    items = list(stream.scan(None, None))
+    chunks = [c for c in items if not isinstance(c, Problem)]
+    assert chunks[-1].state["block"] > chunks[0].state["block"] and not [
+        p for p in items if isinstance(p, Problem) and "checksum" in p.error
+    ]
+    path.write_bytes(bytes(whole))
+    rest = list(stream.scan(chunks[-1].start, chunks[-1].state))
+    problems = [p for p in rest if isinstance(p, Problem)]
+    assert resume.records([c for c in chunks[:-1] + rest if not isinstance(c, Problem)], stream.view) == [
+        expected(e) for e in events
+    ]
+    assert [(p.offset, "content checksum" in p.error) for p in problems] == (
+        [] if good else [(len(whole) - 4, True)]
+    )
 
 
 def test_lz4_segment_with_trailing_data_reports_it(tmp_path: Path) -> None:

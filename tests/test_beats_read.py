@@ -62,7 +62,7 @@ def read(src: Path, key: bytes | None = KEY) -> tuple[dict[str, list[dict]], lis
                 continue
             assert last_end is None or item.start >= last_end - (1 << 23)
             last_end = item.end
-            again = stream.decode(Chunk(item.start, item.end, item.state, {}))  # as the index asks
+            again = stream.decode(Chunk(item.start, item.end, item.state))  # as the index asks
             assert again == item.records
             orjson.dumps(item.records)  # renderable
             for view, records in item.records.items():

@@ -6,7 +6,13 @@ its own.  A frame with *linked* blocks (FLG bit 5 clear; not written by Beats
 but legal LZ4) needs the previous 64 KiB of output as a dictionary: such a
 segment is still read, but decoding resumes from the first block of the
 frame (the chunk state says so), so its random reads cost a decode of the
-segment up to the chunk."""
+segment up to the chunk.
+
+The frame's content checksum (xxh32 of all its uncompressed bytes, after the
+end mark) is verified once, when a scan reaches the end mark: blocks() hashes
+what it decodes when it starts at the frame's first block, and a scan that
+resumed mid-frame (a grown segment) hashes the frame once more from its
+start (content_error)."""
 
 from __future__ import annotations
 
@@ -93,6 +99,9 @@ class Tail:
     c: int  # container offset of the end mark / of the first unread byte
     error: str = ""
     trailing: int = 0  # bytes after the frame's end (kind "end")
+    # xxh32 of the whole content (kind "end", a frame with a content checksum,
+    # decoded from its first block); None when this pass started mid-frame.
+    digest: int | None = None
 
 
 def blocks(read: ReadAt, avail: int, header: Lz4Header, c: int, u: int, tail: list[Tail]) -> Iterator[Block]:
@@ -102,6 +111,8 @@ def blocks(read: ReadAt, avail: int, header: Lz4Header, c: int, u: int, tail: li
     history = b""
     extra = 4 if header.block_checksum else 0
     decompress = lz4.block.decompress
+    # Hash the content only when all of it passes through here.
+    hasher = xxhash.xxh32() if header.content_checksum and c == header.size and u == 0 else None
     while True:
         if c + 4 > avail:
             tail.append(Tail("eof", c))
@@ -112,7 +123,8 @@ def blocks(read: ReadAt, avail: int, header: Lz4Header, c: int, u: int, tail: li
             if after > avail:
                 tail.append(Tail("eof", c))
             else:
-                tail.append(Tail("end", c, trailing=avail - after))
+                digest = hasher.intdigest() if hasher is not None else None
+                tail.append(Tail("end", c, trailing=avail - after, digest=digest))
             return
         size = word & ~RAW_BIT
         if size > header.max_block:
@@ -135,9 +147,31 @@ def blocks(read: ReadAt, avail: int, header: Lz4Header, c: int, u: int, tail: li
                 return
         if header.linked:
             history = (history + data)[-65536:]
+        if hasher is not None:
+            hasher.update(data)
         yield Block(c, u, data)
         c += 4 + size + extra
         u += len(data)
+
+
+def content_error(read: ReadAt, avail: int, header: Lz4Header, end: Tail) -> str | None:
+    """Why the content checksum after the end mark `end` fails, or None (it
+    matches, or the frame has none).  Decodes the frame once more from its
+    first block when `end` came from a pass that started mid-frame."""
+    if not header.content_checksum or end.kind != "end":
+        return None
+    (stored,) = _u32.unpack(read(end.c + 4, 4))
+    digest = end.digest
+    if digest is None:
+        again: list[Tail] = []
+        for _ in blocks(read, avail, header, header.size, 0, again):
+            pass
+        if not again or again[0].kind != "end":
+            return None  # the frame changed under us; the next scan sees it whole
+        digest = again[0].digest
+    if digest == stored:
+        return None
+    return f"LZ4 content checksum {stored:08x} differs from the content's xxh32 {digest:08x}"
 
 
 def xxh32(data: bytes) -> int:

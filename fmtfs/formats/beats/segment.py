@@ -332,6 +332,10 @@ class Segment:
             yield self.problem(d + tail[0].c, tail[0].error + "; rest of segment skipped")
         elif tail and tail[0].kind == "end" and tail[0].trailing:
             yield self.problem(d + tail[0].c, f"{tail[0].trailing} bytes after the LZ4 frame ignored")
+        if check and tail:  # a scan (decode_chunk passes check=False) that reached the end mark
+            error = lz4stream.content_error(self.read, self.avail, lz, tail[0])
+            if error:
+                yield self.problem(d + tail[0].c + 4, f"{error}; the frames are shown as read")
 
     def _after(self, block: lz4stream.Block, lz: lz4stream.Lz4Header) -> int:
         """Container offset just after `block` (its stored size + checksum)."""
