@@ -16,6 +16,7 @@ import pytest
 
 from fmtfs.formats.base import BadRecord
 from fmtfs.formats.gvfs import GvfsFormat, store
+from fmtfs.formats.gvfs.journal import JOURNAL_SIZE
 from fmtfs.formats.gvfs.tree import build_tree, read_header
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
@@ -299,7 +300,7 @@ def test_daemon_journal_decodes_and_rebuild_is_byte_identical(session, tmp_path)
 # -- (b) fmtfs writes, the daemon reads ---------------------------------------
 
 
-def test_fmtfs_appends_and_rotates_and_gio_reads_them(session):
+def test_fmtfs_appends_and_rotates_and_gio_reads_them(session, monkeypatch):
     touch_paths(session.home, ["/W/seed.txt"])
     assert session.gio_set("W/seed.txt", "seed", "1").returncode == 0
     session.stop_daemon()  # no flush: the seed stays in the journal
@@ -329,11 +330,12 @@ def test_fmtfs_appends_and_rotates_and_gio_reads_them(session):
     last = [r for c in stream.scan(None, None) for r in c.records["home/journal.jsonl"]][-1]
     assert (last["op"], last["key"], last["value"]) == ("set", "after", "daemon")
 
-    # enough entries to overflow the 32 KiB journal twice: rebuild + rotation
+    # enough entries to fill the journal grown to its cap: rebuild + rotation
+    monkeypatch.setattr(store, "MAX_JOURNAL_SIZE", 2 * JOURNAL_SIZE)
     old_tag = read_header((session.folder / "home").read_bytes()).tag
     batch = [
         {"op": "set", "time": 1_795_400_000 + i, "path": f"/R/f{i:04d}", "key": f"k{i % 7}", "value": f"v{i}"}
-        for i in range(1500)
+        for i in range(3000)
     ]
     fmt.writer("home/journal.jsonl", False).write(batch)
     tree = (session.folder / "home").read_bytes()
@@ -342,7 +344,7 @@ def test_fmtfs_appends_and_rotates_and_gio_reads_them(session):
     logs = sorted(p.name for p in session.folder.glob("home-*.log"))
     assert logs == [f"home-{new_tag:08x}.log"]
     expected = home_metadata(session.folder)
-    assert expected["/R/f1499"]["metadata"] == {"k1": "v1499"}
+    assert expected["/R/f2999"]["metadata"] == {"k3": "v2999"}
     assert expected["/W/a.txt"]["metadata"]["after"] == "daemon"
     sample = {p: r for p, r in expected.items() if not p.startswith("/R/") or p.endswith(("0", "9"))}
     assert assert_matches_gio(session, sample) > 300
@@ -354,4 +356,54 @@ def test_fmtfs_appends_and_rotates_and_gio_reads_them(session):
     assert final["/W/a.txt"]["metadata"]["final"] == "yes"
     assert {p: r["metadata"] for p, r in final.items() if p != "/W/a.txt"} == {
         p: r["metadata"] for p, r in expected.items() if p != "/W/a.txt"
+    }
+
+
+def test_a_bulk_write_grows_the_journal_and_the_daemon_reads_and_extends_it(session):
+    """50,000 sets go into one grown journal (no rebuild per 32 KiB); gio
+    reads it, the daemon appends to it and its own rebuild keeps every entry."""
+    touch_paths(session.home, ["/B/seed.txt"])
+    assert session.gio_set("B/seed.txt", "seed", "1").returncode == 0
+    session.stop_daemon()
+    tag = read_header((session.folder / "home").read_bytes()).tag
+    writer = GvfsFormat(session.folder, {}).writer("home/journal.jsonl", False)
+    lines = [
+        {
+            "op": "set",
+            "time": 1_795_400_000 + i,
+            "path": f"/B/d{i // 1000:02d}/f{i:05d}",
+            "key": "n",
+            "value": f"v{i}",
+        }
+        for i in range(50_000)
+    ]
+    for i in range(0, len(lines), 500):  # as FUSE hands a `cat` over, in pieces
+        writer.write(lines[i : i + 500])
+    writer.sync()
+    assert read_header((session.folder / "home").read_bytes()).tag == tag  # not rotated
+    journal = session.folder / store.journal_name("home", tag)
+    assert JOURNAL_SIZE < journal.stat().st_size <= store.MAX_JOURNAL_SIZE
+    expected = home_metadata(session.folder)
+    assert len(expected) == 50_001
+    sample = {p: r for p, r in expected.items() if p.endswith(("000", "999", "seed.txt"))}
+    started = time.perf_counter()
+    assert assert_matches_gio(session, sample) > 100
+    print(
+        f"gio info of {len(sample)} paths over a {journal.stat().st_size >> 10} KiB journal: "
+        f"{time.perf_counter() - started:.2f} s"
+    )
+
+    # the daemon appends after our entries in the grown journal, then rebuilds on exit
+    assert session.gio_set("B/seed.txt", "after", "daemon").returncode == 0
+    session.stop_daemon()
+    (stream,) = GvfsFormat(session.folder, {}).streams()
+    last = [r for c in stream.scan(None, None) for r in c.records["home/journal.jsonl"]][-1]
+    assert (last["op"], last["key"], last["value"]) == ("set", "after", "daemon")
+    assert session.gio_set("B/seed.txt", "final", "yes").returncode == 0
+    session.stop_bus()
+    assert read_header((session.folder / "home").read_bytes()).tag != tag  # the daemon's rebuild
+    final = home_metadata(session.folder)
+    assert final["/B/seed.txt"]["metadata"] == {"seed": "1", "after": "daemon", "final": "yes"}
+    assert {p: r["metadata"] for p, r in final.items() if p != "/B/seed.txt"} == {
+        p: r["metadata"] for p, r in expected.items() if p != "/B/seed.txt"
     }

@@ -160,7 +160,42 @@ def test_non_utf8_fields_round_trip(tmp_path):
     assert listed["metadata_base64"] == {"/w==": ["gA==", ""]}
 
 
-def test_full_journal_rebuilds_and_rotates(tmp_path):
+def test_full_journal_grows_before_it_rebuilds(tmp_path, monkeypatch):
+    folder = copy_fixture("05-many-journal", tmp_path / "m")
+    tag = read_header((folder / "home").read_bytes()).tag
+    jpath = folder / f"home-{tag:08x}.log"
+    before = journal_lines(folder)
+    os.chmod(jpath, 0o644)  # gvfs <= 1.56 made journals 0644: a grown copy keeps the mode
+    inode = jpath.stat().st_ino
+    lines = [
+        {"op": "set", "time": 1795341000 + i, "path": f"/Bulk/f{i:04d}", "key": "n", "value": f"v{i}"}
+        for i in range(800)
+    ]
+    assert store.append_entries(folder / "home", [record_entry(line) for line in lines]) == 0
+    assert read_header((folder / "home").read_bytes()).tag == tag  # no rotation
+    assert jpath.stat().st_size == 2 * JOURNAL_SIZE and jpath.stat().st_ino != inode
+    assert oct(jpath.stat().st_mode & 0o777) == "0o644"
+    assert sorted(p.name for p in folder.iterdir()) == sorted(
+        ["home", jpath.name, "root", "root-37a40498.log"]
+    )
+    state = store.read_state(folder / "home")
+    assert state.journal_error is None and state.journal.invalid is None  # header file_size follows
+    assert state.journal.header.file_size == 2 * JOURNAL_SIZE
+    assert journal_lines(folder) == before + [{**line, "time": show_time(line["time"])} for line in lines]
+    # capped: past MAX_JOURNAL_SIZE a full journal is rebuilt, and the new one is 32 KiB again
+    monkeypatch.setattr(store, "MAX_JOURNAL_SIZE", 2 * JOURNAL_SIZE)
+    more = [{**line, "path": line["path"] + ".2"} for line in lines]
+    assert store.append_entries(folder / "home", [record_entry(line) for line in more]) == 1
+    new_tag = read_header((folder / "home").read_bytes()).tag
+    assert new_tag != tag and (folder / f"home-{new_tag:08x}.log").stat().st_size == JOURNAL_SIZE
+    meta = {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()}
+    assert meta["/Bulk/f0799.2"]["metadata"] == {"n": "v799"} and meta["/Bulk/f0000"]["metadata"] == {
+        "n": "v0"
+    }
+
+
+def test_full_journal_rebuilds_and_rotates(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "MAX_JOURNAL_SIZE", JOURNAL_SIZE)  # no growth: rotate as the daemon does
     folder = copy_fixture("05-many-journal", tmp_path / "m")
     old_tag = read_header((folder / "home").read_bytes()).tag
     old_fd = os.open(folder / "home", os.O_RDONLY)  # a reader holding the old tree

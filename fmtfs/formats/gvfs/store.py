@@ -1,6 +1,19 @@
 """A gvfs-metadata folder on disk: which files are live trees and journals,
 the effective state of a tree, and the writes gvfsd-metadata makes
-(journal appends, rebuild + rotation; spec §4 and §8)."""
+(journal appends, rebuild + rotation; spec §4 and §8).
+
+Journal size.  gvfsd-metadata creates 32 KiB journals, but it reads, and
+appends to, a journal of any size whose header `file_size` equals the
+file's size (meta_journal_open, meta_journal_add_entry: offsets are u32,
+nothing else limits it), and so do gio's readers.  A rebuild costs a pass
+over the whole tree, so where the daemon rebuilds every 32 KiB, fmtfs first
+grows a full journal (doubling; a copy renamed over it, same tag, so a crash
+leaves the old journal or the new one, never a header that disagrees with
+the file) up to MAX_JOURNAL_SIZE, and rebuilds only past that: a bulk write
+of N entries costs O(N) instead of a rebuild per 32 KiB.  The daemon's next
+rebuild (its 60 s timer after a change of its own) brings the journal back
+to 32 KiB.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +29,7 @@ from pathlib import Path
 from fmtfs.formats.base import BadRecord
 from fmtfs.formats.files import fsync_path, read_prefix
 from fmtfs.formats.gvfs.journal import (
+    FILE_SIZE_OFFSET,
     JOURNAL_MAGIC,
     NUM_ENTRIES_OFFSET,
     JournalState,
@@ -40,6 +54,11 @@ _TEMP = re.compile(r"^(?P<tree>.+)\.[A-Za-z0-9]{6}$")  # mkstemp's <tree>.XXXXXX
 _BACKUP = re.compile(r"\.backup\.\d{4}-\d\d-\d\d")  # <tree>.backup.<ISO 8601>
 _JOURNAL = re.compile(r"^(?P<tree>.+)-(?P<tag>[0-9a-f]{8})\.log$")
 _ALNUM = string.ascii_letters + string.digits
+
+# Past this a full journal is rebuilt into the tree instead of grown: large
+# enough that bulk writes rarely rebuild, small enough that gio's lookups,
+# which walk the journal newest first, stay quick (4 MiB ~ 60,000 entries).
+MAX_JOURNAL_SIZE = 4 << 20
 
 # Writers of one process take turns; gvfsd-metadata itself must not run
 # while fmtfs writes (it keeps the journal mapped, spec §8).
@@ -248,10 +267,49 @@ def append_entries(tree_path: Path, entries: list[bytes]) -> int:
                 os.replace(tmp, jpath)
             written = _append_fitting(jpath, header.tag, pending)
             pending = pending[written:]
-            if pending:
+            if pending and not _grow_journal(jpath, sum(len(e) for e in pending)):
                 rebuild(tree_path, effective_model(read_state(tree_path)))
                 rebuilds += 1
     return rebuilds
+
+
+def _grow_journal(jpath: Path, wanted: int) -> bool:
+    """Replace a full journal by a larger copy (same tag and entries; at
+    least double, room for `wanted` more bytes if the cap allows).  False
+    when it is at MAX_JOURNAL_SIZE already: time to rebuild."""
+    data = jpath.read_bytes()
+    size = len(data)
+    if size >= MAX_JOURNAL_SIZE:
+        return False
+    used = _VALIDATED[jpath][1] if jpath in _VALIDATED else size
+    new_size = size * 2
+    while new_size < used + wanted and new_size < MAX_JOURNAL_SIZE:
+        new_size *= 2
+    new_size = min(new_size, MAX_JOURNAL_SIZE)
+    grown = bytearray(data)
+    grown += bytes(new_size - size)
+    struct.pack_into(">I", grown, FILE_SIZE_OFFSET, new_size)
+    tmp = _create_exclusive(jpath, bytes(grown))
+    os.chmod(tmp, os.stat(jpath).st_mode & 0o7777)
+    os.replace(tmp, jpath)
+    _fsync_dir(jpath.parent)
+    known = _VALIDATED.pop(jpath, None)
+    if known is not None:  # same entries: no need to validate them again
+        st = os.stat(jpath)
+        _VALIDATED[jpath] = ((st.st_ino, st.st_size, st.st_mtime_ns), known[1], known[2])
+    return True
+
+
+# Journal path -> ((inode, size, mtime_ns), end of the valid entries, count),
+# as this process last validated or wrote it: appends to an unchanged journal
+# validate only what they add (a grown journal holds tens of thousands of
+# entries; gvfsd-metadata keeps the same running state).
+_VALIDATED: dict[Path, tuple[tuple[int, int, int], int, int]] = {}
+
+
+def _identity(fd: int) -> tuple[int, int, int]:
+    st = os.fstat(fd)
+    return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _append_fitting(jpath: Path, tag: int, entries: list[bytes]) -> int:
@@ -260,24 +318,15 @@ def _append_fitting(jpath: Path, tag: int, entries: list[bytes]) -> int:
     complete entries."""
     fd = os.open(jpath, os.O_RDWR | os.O_CLOEXEC)
     try:
-        data = b""
-        while True:
-            piece = os.pread(fd, 1 << 16, len(data))
-            if not piece:
-                break
-            data += piece
-        error = header_error(data, tag)
-        if error:
-            raise BadRecord(f"{jpath.name}: {error}; gvfs ignores this journal and refuses writes")
-        state = read_journal(data)
-        if state.invalid is not None:
-            raise BadRecord(
-                f"{jpath.name}: entry {state.invalid.index} at offset {state.invalid.offset} is invalid "
-                f"({state.invalid.error}); gvfs refuses writes to this journal until it is rebuilt"
-            )
-        end, count, written = state.end, state.count, 0
+        ident = _identity(fd)
+        known = _VALIDATED.get(jpath)
+        if known is not None and known[0] == ident:
+            end, count = known[1], known[2]
+        else:
+            end, count = _validated_end(jpath, os.pread(fd, ident[1], 0), tag)
+        size, written = ident[1], 0
         for entry in entries:
-            if len(entry) > len(data) - end:
+            if len(entry) > size - end:
                 break
             os.pwrite(fd, entry, end)
             end += len(entry)
@@ -286,9 +335,25 @@ def _append_fitting(jpath: Path, tag: int, entries: list[bytes]) -> int:
         if written:
             os.fdatasync(fd)
             os.pwrite(fd, struct.pack(">I", count), NUM_ENTRIES_OFFSET)
+        _VALIDATED[jpath] = (_identity(fd), end, count)
         return written
     finally:
         os.close(fd)
+
+
+def _validated_end(jpath: Path, data: bytes, tag: int) -> tuple[int, int]:
+    """(end of the valid entries, their count) of a journal gvfs would append
+    to; BadRecord when gvfs would refuse writes."""
+    error = header_error(data, tag)
+    if error:
+        raise BadRecord(f"{jpath.name}: {error}; gvfs ignores this journal and refuses writes")
+    state = read_journal(data)
+    if state.invalid is not None:
+        raise BadRecord(
+            f"{jpath.name}: entry {state.invalid.index} at offset {state.invalid.offset} is invalid "
+            f"({state.invalid.error}); gvfs refuses writes to this journal until it is rebuilt"
+        )
+    return state.end, state.count
 
 
 def sync_journal(tree_path: Path) -> None:
