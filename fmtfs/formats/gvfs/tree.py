@@ -11,7 +11,6 @@ from fmtfs.formats.gvfs.model import MetaModel, Node
 
 TREE_MAGIC = b"\xda\x1ameta"
 HEADER_SIZE = 32
-KEYWORDS_OFFSET = 32
 ROTATED_OFFSET = 8
 KEY_IS_LIST = 0x80000000
 ROTATED = 0xFFFFFFFF
@@ -56,12 +55,19 @@ class TreeError(ValueError):
 
 
 class _Reader:
-    """Pointer checks as in metatree.c: blocks 4-aligned and in bounds,
-    strings NUL-terminated before the end of the file."""
+    """gvfs's verify_* checks over a tree file's bytes (blocks 4-aligned and
+    inside the file, strings NUL-terminated before its end), and the blocks
+    of one node read with them.  Damage gvfs would silently skip is listed
+    in `problems` (at most MAX_PROBLEMS)."""
 
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.size = len(data)
+        self.problems: list[tuple[int, str]] = []
+
+    def problem(self, offset: int, message: str) -> None:
+        if len(self.problems) < MAX_PROBLEMS:
+            self.problems.append((offset, message))
 
     def block(self, pos: int, length: int) -> bool:
         return pos % 4 == 0 and pos + length <= self.size
@@ -79,6 +85,88 @@ class _Reader:
         end = self.data.find(b"\0", pos)
         return None if end < 0 else self.data[pos:end]
 
+    def keywords(self, header: TreeHeader) -> list[bytes]:
+        """The keyword table, checked on open as gvfs does (TreeError)."""
+        if not self.block(header.root, 16):
+            raise TreeError(f"root pointer {header.root} is invalid")
+        n_keys = self.array(header.keywords, 4)
+        if n_keys is None:
+            raise TreeError(f"keyword table pointer {header.keywords} is invalid")
+        keywords: list[bytes] = []
+        for off in struct.unpack_from(f">{n_keys}I", self.data, header.keywords + 4):
+            word = self.string(off)
+            if word is None:
+                raise TreeError(f"keyword at {off} is not NUL-terminated")
+            keywords.append(word)
+        return keywords
+
+    def read_keys(self, dirent_off: int, meta_off: int, keywords: list[bytes], keys: dict) -> None:
+        """A node's metadata block into `keys` (strings and string lists)."""
+        n_meta = self.array(meta_off, 8)
+        if n_meta is None:
+            self.problem(dirent_off + 8, f"metadata pointer {meta_off} is invalid")
+            return
+        flat = struct.unpack_from(f">{2 * n_meta}I", self.data, meta_off + 4)
+        pos = meta_off + 4
+        for i in range(0, 2 * n_meta, 2):
+            key_raw, value_off = flat[i], flat[i + 1]
+            key_id = key_raw & 0x7FFFFFFF
+            if key_id >= len(keywords):
+                self.problem(pos + 4 * i, f"key id {key_id} is not in the keyword table")
+            elif key_raw & KEY_IS_LIST:
+                items = self.string_list(pos + 4 * i + 4, value_off)
+                if items is not None:
+                    keys[keywords[key_id]] = items
+            else:
+                value = self.string(value_off)
+                if value is None:
+                    self.problem(pos + 4 * i + 4, f"value pointer {value_off} is invalid")
+                else:
+                    keys[keywords[key_id]] = value
+
+    def string_list(self, field_off: int, value_off: int) -> list[bytes] | None:
+        """A stringv array (invalid items are skipped, as gvfs does)."""
+        count = self.array(value_off, 4)
+        if count is None:
+            self.problem(field_off, f"string list pointer {value_off} is invalid")
+            return None
+        items = []
+        for item_off in struct.unpack_from(f">{count}I", self.data, value_off + 4):
+            item = self.string(item_off)
+            if item is None:
+                self.problem(value_off, f"list item pointer {item_off} is invalid")
+            else:
+                items.append(item)
+        return items
+
+    def dirents(self, dirent_off: int, children_off: int, seen: set[int]) -> list[tuple[int, bytes, Dirent]]:
+        """(offset, name, dirent) of the children in a node's children block;
+        `seen` holds the blocks read so far, so a loop is read once."""
+        n_children = self.array(children_off, 16)
+        if n_children is None:
+            self.problem(dirent_off + 4, f"children pointer {children_off} is invalid")
+            return []
+        if n_children == 0:
+            return []
+        if children_off in seen:
+            self.problem(dirent_off + 4, f"children block {children_off} is used twice (a loop)")
+            return []
+        seen.add(children_off)
+        flat = struct.unpack_from(f">{4 * n_children}I", self.data, children_off + 4)
+        pos = children_off + 4
+        out = []
+        for i in range(0, 4 * n_children, 4):
+            name = self.string(flat[i])
+            if name is None:
+                self.problem(pos + 4 * i, f"name pointer {flat[i]} is invalid")
+            else:
+                out.append((pos + 4 * i, name, (flat[i + 1], flat[i + 2], flat[i + 3])))
+        return out
+
+
+# A dirent's (children offset, metadata offset, raw last_changed).
+Dirent = tuple[int, int, int]
+
 
 def read_tree(data: bytes) -> TreeFile:
     """Decode a tree file with gvfs's semantics (times in memory are raw +
@@ -90,103 +178,22 @@ def read_tree(data: bytes) -> TreeFile:
     if header.major != 1:
         raise TreeError(f"unsupported tree version {header.major}.{header.minor}")
     r = _Reader(data)
-    if not r.block(header.root, 16):
-        raise TreeError(f"root pointer {header.root} is invalid")
-    n_keys = r.array(header.keywords, 4)
-    if n_keys is None:
-        raise TreeError(f"keyword table pointer {header.keywords} is invalid")
-    keywords: list[bytes] = []
-    for off in struct.unpack_from(f">{n_keys}I", data, header.keywords + 4):
-        word = r.string(off)
-        if word is None:
-            raise TreeError(f"keyword at {off} is not NUL-terminated")
-        keywords.append(word)
-
+    keywords = r.keywords(header)
     base = header.base
-    problems: list[tuple[int, str]] = []
-
-    def problem(offset: int, message: str) -> None:
-        if len(problems) < MAX_PROBLEMS:
-            problems.append((offset, message))
-
-    size = len(data)
-    find = data.find
-    unpack_from = struct.unpack_from
-
-    def string(pos: int) -> bytes | None:
-        if pos > size:
-            return None
-        end = find(b"\0", pos)
-        return None if end < 0 else data[pos:end]
-
-    def array(pos: int, element: int) -> int | None:
-        if pos & 3 or pos + 4 > size:
-            return None
-        (n,) = _U32S.unpack_from(data, pos)
-        return n if pos + 4 + n * element <= size else None
-
-    n_keywords = len(keywords)
     root = Node()
-    _, root_children, root_meta, root_raw = _DIRENT.unpack_from(data, header.root)
+    _, *root_dirent = _DIRENT.unpack_from(data, header.root)
     seen_blocks: set[int] = set()
-    # (offset of the dirent, node, children offset, metadata offset, raw time)
-    stack = [(header.root, root, root_children, root_meta, root_raw)]
-    pop, push = stack.pop, stack.append
+    stack: list[tuple[int, Node, Dirent]] = [(header.root, root, tuple(root_dirent))]
     while stack:
-        dirent_off, node, children_off, meta_off, raw_time = pop()
+        dirent_off, node, (children_off, meta_off, raw_time) = stack.pop()
         node.last_changed = raw_time + base if raw_time else 0
-        if meta_off:
-            n_meta = array(meta_off, 8)
-            if n_meta is None:
-                problem(dirent_off + 8, f"metadata pointer {meta_off} is invalid")
-            elif n_meta:
-                keys = node.keys
-                flat = unpack_from(f">{2 * n_meta}I", data, meta_off + 4)
-                pos = meta_off + 4
-                for i in range(0, 2 * n_meta, 2):
-                    key_raw, value_off = flat[i], flat[i + 1]
-                    key_id = key_raw & 0x7FFFFFFF
-                    if key_id >= n_keywords:
-                        problem(pos + 4 * i, f"key id {key_id} is not in the keyword table")
-                    elif key_raw & KEY_IS_LIST:
-                        count = array(value_off, 4)
-                        if count is None:
-                            problem(pos + 4 * i + 4, f"string list pointer {value_off} is invalid")
-                            continue
-                        items = []
-                        for item_off in unpack_from(f">{count}I", data, value_off + 4):
-                            item = string(item_off)
-                            if item is None:
-                                problem(value_off, f"list item pointer {item_off} is invalid")
-                            else:
-                                items.append(item)
-                        keys[keywords[key_id]] = items
-                    else:
-                        value = string(value_off)
-                        if value is None:
-                            problem(pos + 4 * i + 4, f"value pointer {value_off} is invalid")
-                        else:
-                            keys[keywords[key_id]] = value
+        if meta_off:  # 0: none (trees written before gvfs 1.31.3)
+            r.read_keys(dirent_off, meta_off, keywords, node.keys)
         if children_off:
-            n_children = array(children_off, 16)
-            if n_children is None:
-                problem(dirent_off + 4, f"children pointer {children_off} is invalid")
-            elif children_off in seen_blocks:
-                problem(dirent_off + 4, f"children block {children_off} is used twice (a loop)")
-            elif n_children:
-                seen_blocks.add(children_off)
-                children = node.children
-                flat = unpack_from(f">{4 * n_children}I", data, children_off + 4)
-                pos = children_off + 4
-                for i in range(0, 4 * n_children, 4):
-                    name = string(flat[i])
-                    if name is None:
-                        problem(pos + 4 * i, f"name pointer {flat[i]} is invalid")
-                    else:
-                        child = children[name] = Node()
-                        push((pos + 4 * i, child, flat[i + 1], flat[i + 2], flat[i + 3]))
-    model = MetaModel(root, root_raw)
-    return TreeFile(header, keywords, model, problems)
+            for child_off, name, dirent in r.dirents(dirent_off, children_off, seen_blocks):
+                child = node.children[name] = Node()
+                stack.append((child_off, child, dirent))
+    return TreeFile(header, keywords, MetaModel(root, root_dirent[2]), r.problems)
 
 
 # -- writing -----------------------------------------------------------------
@@ -260,67 +267,100 @@ def _times(root: Node) -> int:
 
 def build_tree(model: MetaModel, tag: int) -> bytes:
     """Serialise `model` as gvfsd-metadata would (spec §2.3), with `tag`."""
-    root = model.root
-    base = _times(root)
-    out = _Out()
-    out.buf += _HEADER.pack(TREE_MAGIC, 1, 0, 0, tag, 0, 0, base)
+    return _TreeWriter(model, tag).write()
 
-    # keywords: every key in use, strcmp order; id = index
-    used: set[bytes] = set()
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        used.update(node.keys)
-        stack.extend(node.children.values())
-    keys = sorted(used)
-    key_ids = {k: i for i, k in enumerate(keys)}
-    out.patch(20, len(out.buf))
-    out.u32(len(keys))
-    block = _StringBlock(out)
-    for k in keys:
-        block.ref(k)
-    block.end()
 
-    # root dirent, its name, then children blocks breadth first
-    out.patch(16, len(out.buf))
-    name_at = out.u32()
-    children_field = {id(root): out.u32()}
-    meta_field = {id(root): out.u32()}
-    out.u32(root.last_changed)  # absolute, truncated (spec §2.6)
-    out.patch(name_at, len(out.buf))
-    out.buf += b"/\0"
-    out.pad()
+class _TreeWriter:
+    """metabuilder's write order (spec §2.3): header, keyword table, root
+    dirent, children blocks breadth first, then metadata groups breadth
+    first.  Pointers are placeholders patched when their block is written."""
 
-    def rel_time(t: int) -> int:
-        if t == 0:
-            return 0
-        return 1 if t <= base else t - base
+    def __init__(self, model: MetaModel, tag: int) -> None:
+        self.root = model.root
+        self.tag = tag
+        self.base = _times(self.root)
+        self.out = _Out()
+        self.key_ids: dict[bytes, int] = {}
+        # id(node) -> offset of its dirent's children / metadata pointer
+        self.children_field: dict[int, int] = {}
+        self.meta_field: dict[int, int] = {}
 
-    order: list[Node] = []  # breadth-first, for the metadata pass
-    queue = [root]
-    qi = 0
-    while qi < len(queue):
-        node = queue[qi]
-        qi += 1
-        order.append(node)
-        out.patch(children_field[id(node)], len(out.buf))
-        names = sorted(node.children)
-        out.u32(len(names))
+    def write(self) -> bytes:
+        self.out.buf += _HEADER.pack(TREE_MAGIC, 1, 0, 0, self.tag, 0, 0, self.base)
+        self._keyword_table()
+        self._root_dirent()
+        order = self._children_blocks()
+        self._metadata_group([self.root])
+        for node in order:
+            if node.children:
+                self._metadata_group([node.children[name] for name in sorted(node.children)])
+        return bytes(self.out.buf)
+
+    def _keyword_table(self) -> None:
+        """Every key in use, strcmp order; a key's id is its index."""
+        used: set[bytes] = set()
+        stack = [self.root]
+        while stack:
+            node = stack.pop()
+            used.update(node.keys)
+            stack.extend(node.children.values())
+        keys = sorted(used)
+        self.key_ids = {k: i for i, k in enumerate(keys)}
+        out = self.out
+        out.patch(20, len(out.buf))
+        out.u32(len(keys))
         block = _StringBlock(out)
-        for name in names:
-            child = node.children[name]
-            block.ref(name)
-            children_field[id(child)] = out.u32()
-            meta_field[id(child)] = out.u32()
-            out.u32(rel_time(child.last_changed))
-            queue.append(child)
+        for k in keys:
+            block.ref(k)
         block.end()
 
-    def write_group(nodes: list[Node]) -> None:
+    def _root_dirent(self) -> None:
+        out, root = self.out, self.root
+        out.patch(16, len(out.buf))
+        name_at = out.u32()
+        self.children_field[id(root)] = out.u32()
+        self.meta_field[id(root)] = out.u32()
+        out.u32(root.last_changed)  # absolute, truncated (spec §2.6)
+        out.patch(name_at, len(out.buf))
+        out.buf += b"/\0"
+        out.pad()
+
+    def _rel_time(self, t: int) -> int:
+        if t == 0:
+            return 0
+        return 1 if t <= self.base else t - self.base
+
+    def _children_blocks(self) -> list[Node]:
+        """Every node's children block, breadth first (leaves get an empty
+        one); returns the nodes in that order for the metadata pass."""
+        out = self.out
+        queue = [self.root]
+        qi = 0
+        while qi < len(queue):
+            node = queue[qi]
+            qi += 1
+            out.patch(self.children_field[id(node)], len(out.buf))
+            names = sorted(node.children)
+            out.u32(len(names))
+            block = _StringBlock(out)
+            for name in names:
+                child = node.children[name]
+                block.ref(name)
+                self.children_field[id(child)] = out.u32()
+                self.meta_field[id(child)] = out.u32()
+                out.u32(self._rel_time(child.last_changed))
+                queue.append(child)
+            block.end()
+        return queue
+
+    def _metadata_group(self, nodes: list[Node]) -> None:
+        """The metadata blocks of sibling `nodes`, their stringv arrays and
+        one string block shared by the group."""
+        out, key_ids = self.out, self.key_ids
         strings = _StringBlock(out)
         stringvs: list[tuple[int, list[bytes]]] = []
         for node in nodes:
-            out.patch(meta_field[id(node)], len(out.buf))
+            out.patch(self.meta_field[id(node)], len(out.buf))
             out.u32(len(node.keys))
             for key in sorted(node.keys):
                 value = node.keys[key]
@@ -337,12 +377,6 @@ def build_tree(model: MetaModel, tag: int) -> bytes:
                 strings.ref(item)
         out.pad()
         strings.end()
-
-    write_group([root])
-    for node in order:
-        if node.children:
-            write_group([node.children[name] for name in sorted(node.children)])
-    return bytes(out.buf)
 
 
 def empty_tree(tag: int) -> bytes:
