@@ -377,7 +377,3 @@ class _TreeWriter:
                 strings.ref(item)
         out.pad()
         strings.end()
-
-
-def empty_tree(tag: int) -> bytes:
-    return build_tree(MetaModel(), tag)
