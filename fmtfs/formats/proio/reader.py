@@ -143,6 +143,65 @@ class _Cursor:
         return self._rendered
 
 
+# A type id's (name, resolved type or None, the lines of its type view).
+_Kind = tuple[str, Any, list[Record]]
+
+
+def _parse_events(buf: Any, head: Head) -> list[Any]:
+    """The bucket's events, parsed (Damaged when the payload does not
+    decode).  Buckets of unknown compression or without events give none:
+    scan() reports a payload there and skips it by bucketSize."""
+    if head.compression not in wire.COMPRESSION_NAMES or head.n_events == 0:
+        return []
+    try:
+        payload = wire.decompress(head.compression, buf[head.payload : head.end])
+        return [wire.Event.FromString(e) for e in wire.split_events(payload, head.n_events)]
+    except Exception as exc:  # noqa: BLE001 - any failure is damage
+        raise Damaged(f"bucket payload does not decode ({type(exc).__name__}: {exc})") from None
+
+
+def _tags(event: Any) -> tuple[dict[str, list[int]], dict[int, list[str]]]:
+    """(tag -> entry ids in stored order, entry id -> its tags)."""
+    tags: dict[str, list[int]] = {}
+    for t in event.tag:
+        tags[t.key.decode("utf-8", "replace")] = list(t.value.entry)
+    tagged: dict[int, list[str]] = {}
+    for tag, ids in tags.items():
+        for entry_id in dict.fromkeys(ids):
+            tagged.setdefault(entry_id, []).append(tag)
+    return tags, tagged
+
+
+def _entries(event: Any, index: int, kinds: dict[int, _Kind], tagged: dict[int, list[str]]) -> dict[str, Any]:
+    """The event's entries by id, decoded where their type resolves (else
+    kept as payload_base64); each entry's line is appended to its type view."""
+    b64 = base64.b64encode
+    stored = {e.key: e.value for e in event.entry}
+    entries: dict[str, Any] = {}
+    for entry_id in sorted(stored):
+        any_ = stored[entry_id]
+        kind = kinds.get(any_.type)
+        if kind is None:  # a type id missing from the event's table
+            entries[str(entry_id)] = {"type": None, "payload_base64": b64(any_.payload).decode("ascii")}
+            continue
+        name, resolved, lines = kind
+        line: dict[str, Any] = {"event": index, "entry": entry_id, "tags": tagged.get(entry_id, [])}
+        if resolved is not None:
+            try:
+                value = resolved.to_json(resolved.cls.FromString(any_.payload))
+            except Exception:  # noqa: BLE001 - undecodable payload: keep the bytes
+                resolved = None
+        if resolved is not None:
+            entries[str(entry_id)] = {"type": name, "value": value}
+            line["value"] = value
+        else:
+            raw = b64(any_.payload).decode("ascii")
+            entries[str(entry_id)] = {"type": name, "payload_base64": raw}
+            line["payload_base64"] = raw
+        lines.append(line)
+    return entries
+
+
 class ProioStream(Stream):
     renderer_version = 1
 
@@ -180,83 +239,44 @@ class ProioStream(Stream):
     ) -> None:
         """Decode one complete bucket into `out` and advance `cursor`.
         Raises Damaged (nothing added, cursor unchanged) when unusable."""
-        if head.compression not in wire.COMPRESSION_NAMES or head.n_events == 0:
-            # Reported by scan() when a payload is there; skipped by bucketSize.
-            events: list[Any] = []
-        else:
-            try:
-                payload = wire.decompress(head.compression, buf[head.payload : head.end])
-                events = wire.split_events(payload, head.n_events)
-                parsed = [wire.Event.FromString(e) for e in events]
-            except Exception as exc:  # noqa: BLE001 - any failure is damage
-                raise Damaged(f"bucket payload does not decode ({type(exc).__name__}: {exc})") from None
-            events = parsed
+        events = _parse_events(buf, head)
         cursor.apply(head)
-        resolvers = self._resolvers_for(tuple(cursor.descriptors), buf, length)
+        lookup = self._resolvers_for(tuple(cursor.descriptors), buf, length).lookup
         metadata, metadata_b64 = cursor.rendered()
-        view = self.view
         event_lines = out.setdefault(self.events_path, [])
-        bucket_lines = out.setdefault(f"{view}/buckets/{cursor.bucket}.jsonl", [])
-        lookup = resolvers.lookup
-        type_paths = self._type_paths
+        bucket_lines = out.setdefault(f"{self.view}/buckets/{cursor.bucket}.jsonl", [])
         type_lines: dict[str, list[Record]] = {}  # type name -> its view's list in `out`
-        b64 = base64.b64encode
         index = cursor.event
         for event in events:
-            # type id -> (name, resolved type or None, the type view's lines)
-            kinds: dict[int, tuple[str, Any, list[Record]]] = {}
-            for t in event.type:
-                name = t.value.decode("utf-8", "replace")
-                lines = type_lines.get(name)
-                if lines is None:
-                    path = type_paths.get(name)
-                    if path is None:
-                        path = type_paths[name] = f"{view}/types/{encode_name(name)}.jsonl"
-                    lines = type_lines[name] = out.setdefault(path, [])
-                kinds[t.key] = (name, lookup(name), lines)
-            tags: dict[str, list[int]] = {}
-            for t in event.tag:
-                tags[t.key.decode("utf-8", "replace")] = list(t.value.entry)
-            tagged: dict[int, list[str]] = {}
-            for tag, ids in tags.items():
-                for entry_id in dict.fromkeys(ids):
-                    tagged.setdefault(entry_id, []).append(tag)
-            stored = {e.key: e.value for e in event.entry}
-            entries: dict[str, Any] = {}
-            for entry_id in sorted(stored):
-                any_ = stored[entry_id]
-                kind = kinds.get(any_.type)
-                if kind is None:  # a type id missing from the event's table
-                    entries[str(entry_id)] = {
-                        "type": None,
-                        "payload_base64": b64(any_.payload).decode("ascii"),
-                    }
-                    continue
-                name, resolved, lines = kind
-                line: dict[str, Any] = {"event": index, "entry": entry_id, "tags": tagged.get(entry_id, [])}
-                if resolved is not None:
-                    try:
-                        value = resolved.to_json(resolved.cls.FromString(any_.payload))
-                    except Exception:  # noqa: BLE001 - undecodable payload: keep the bytes
-                        resolved = None
-                if resolved is not None:
-                    entries[str(entry_id)] = {"type": name, "value": value}
-                    line["value"] = value
-                else:
-                    raw = b64(any_.payload).decode("ascii")
-                    entries[str(entry_id)] = {"type": name, "payload_base64": raw}
-                    line["payload_base64"] = raw
-                lines.append(line)
+            kinds = self._entry_types(event, lookup, type_lines, out)
+            tags, tagged = _tags(event)
             record: dict[str, Any] = {"event": index, "metadata": metadata}
             if metadata_b64:
                 record["metadata_base64"] = metadata_b64
             record["tags"] = tags
-            record["entries"] = entries
+            record["entries"] = _entries(event, index, kinds, tagged)
             event_lines.append(record)
             bucket_lines.append(record)
             index += 1
         cursor.event = index
         cursor.bucket += 1
+
+    def _entry_types(
+        self, event: Any, lookup: Any, type_lines: dict[str, list[Record]], out: dict[str, list[Record]]
+    ) -> dict[int, _Kind]:
+        """The event's type table: type id -> (name, resolved type or None,
+        the lines of that type's view in `out`)."""
+        kinds: dict[int, _Kind] = {}
+        for t in event.type:
+            name = t.value.decode("utf-8", "replace")
+            lines = type_lines.get(name)
+            if lines is None:
+                path = self._type_paths.get(name)
+                if path is None:
+                    path = self._type_paths[name] = f"{self.view}/types/{encode_name(name)}.jsonl"
+                lines = type_lines[name] = out.setdefault(path, [])
+            kinds[t.key] = (name, lookup(name), lines)
+        return kinds
 
     # -- scan / decode ------------------------------------------------------
 

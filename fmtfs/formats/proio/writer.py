@@ -112,6 +112,94 @@ def _uint64(value: Any, what: str) -> int:
     return value
 
 
+def _metadata(record: Record, n: int) -> dict[str, bytes]:
+    """`metadata` (UTF-8 text) and `metadata_base64` (any bytes), merged."""
+    metadata: dict[str, bytes] = {}
+    for key, value in _mapping(record, "metadata").items():
+        metadata[key] = _utf8(value, f"line {n}: metadata {key!r}")
+    for key, value in _mapping(record, "metadata_base64").items():
+        if key in metadata:
+            raise BadRecord(f"line {n}: metadata key {key!r} given twice")
+        metadata[key] = decode_base64(value, f"line {n}: metadata_base64 {key!r}")
+    for key in metadata:
+        _utf8(key, f"line {n}: metadata key")
+    return metadata
+
+
+def _add_tags(event: Any, record: Record, n: int) -> None:
+    for tag, ids in _mapping(record, "tags").items():
+        if not isinstance(ids, list):
+            raise BadRecord(f"line {n}: tag {tag!r}: expected a list of entry ids")
+        item = event.tag.add()
+        item.key = _utf8(tag, f"line {n}: tag name")
+        item.value.SetInParent()
+        item.value.entry.extend(_uint64(i, f"line {n}: tag {tag!r}") for i in ids)
+
+
+def _entries(record: Record, n: int, resolvers: Resolvers) -> tuple[dict[int, tuple[str, bytes]], list[Any]]:
+    """(entry id -> (type name, serialized payload), the FileDescriptors the
+    entries' types need)."""
+    entries: dict[int, tuple[str, bytes]] = {}
+    files: list[Any] = []
+    for key, entry in _mapping(record, "entries").items():
+        what = f"line {n}: entry {key}"
+        if not _DIGITS.match(key) or int(key) >= _U64:
+            raise BadRecord(f"{what}: entry ids are decimal integers")
+        if not isinstance(entry, dict):
+            raise BadRecord(f"{what}: expected an object")
+        extra = set(entry) - {"type", "value", "payload_base64"}
+        if extra:
+            raise BadRecord(f"{what}: unknown field(s) {', '.join(sorted(extra))}")
+        name = entry.get("type")
+        if not isinstance(name, str) or not name or name.startswith("."):
+            raise BadRecord(f"{what}: type: expected a full message name")
+        if ("value" in entry) == ("payload_base64" in entry):
+            raise BadRecord(f"{what}: give either value or payload_base64")
+        resolved = resolvers.lookup(name)
+        if "value" in entry:
+            payload = _encode_value(entry["value"], name, resolved, what)
+        else:
+            payload = decode_base64(entry["payload_base64"], f"{what}: payload_base64")
+        if resolved is not None:
+            files.append(resolved.file)
+        _utf8(name, f"{what}: type")
+        entries[int(key)] = (name, payload)
+    return entries, files
+
+
+def _encode_value(value: Any, name: str, resolved: Any, what: str) -> bytes:
+    """An entry's `value` (protobuf's JSON mapping) serialized as its type."""
+    if resolved is None:
+        raise BadRecord(f"{what}: unknown type {name!r} (no descriptor in the stream or bundled)")
+    try:
+        message = json_format.ParseDict(value, resolved.cls(), descriptor_pool=resolved.file.pool)
+        return message.SerializeToString()
+    except Exception as exc:  # noqa: BLE001 - ParseError, EncodeError, TypeError ...
+        raise BadRecord(f"{what}: value is not a valid {name}: {exc}") from None
+
+
+def _add_entries(event: Any, entries: dict[int, tuple[str, bytes]]) -> None:
+    """Entries in id order; type ids 1..k in order of first use."""
+    type_ids: dict[str, int] = {}
+    for entry_id in sorted(entries):
+        name, payload = entries[entry_id]
+        type_id = type_ids.setdefault(name, len(type_ids) + 1)
+        item = event.entry.add()
+        item.key = entry_id
+        item.value.SetInParent()
+        item.value.type = type_id
+        if payload:
+            item.value.payload = payload
+    if entries:
+        event.nEntries = max(entries)
+    if type_ids:
+        event.nTypes = len(type_ids)
+    for name, type_id in type_ids.items():
+        item = event.type.add()
+        item.key = type_id
+        item.value = name.encode("utf-8")
+
+
 class ProioWriter(Writer):
     def __init__(self, path: Path, fallbacks: list, compression: int | None = None) -> None:
         self.path = path
@@ -137,6 +225,7 @@ class ProioWriter(Writer):
     # -- validation / encoding ------------------------------------------------
 
     def _event(self, record: Any, n: int, resolvers: Resolvers) -> _Event:
+        """Line `n` validated and encoded (BadRecord, naming the line)."""
         if not isinstance(record, dict):
             raise BadRecord(f"line {n}: expected a JSON object")
         unknown = set(record) - _KEYS
@@ -144,77 +233,11 @@ class ProioWriter(Writer):
             raise BadRecord(f"line {n}: unknown field(s) {', '.join(sorted(unknown))}")
         if "event" in record and (isinstance(record["event"], bool) or not isinstance(record["event"], int)):
             raise BadRecord(f"line {n}: event: expected an integer")
-        metadata: dict[str, bytes] = {}
-        for key, value in _mapping(record, "metadata").items():
-            metadata[key] = _utf8(value, f"line {n}: metadata {key!r}")
-        for key, value in _mapping(record, "metadata_base64").items():
-            if key in metadata:
-                raise BadRecord(f"line {n}: metadata key {key!r} given twice")
-            metadata[key] = decode_base64(value, f"line {n}: metadata_base64 {key!r}")
-        for key in metadata:
-            _utf8(key, f"line {n}: metadata key")
-
+        metadata = _metadata(record, n)
         event = wire.Event()
-        for tag, ids in _mapping(record, "tags").items():
-            if not isinstance(ids, list):
-                raise BadRecord(f"line {n}: tag {tag!r}: expected a list of entry ids")
-            item = event.tag.add()
-            item.key = _utf8(tag, f"line {n}: tag name")
-            item.value.SetInParent()
-            item.value.entry.extend(_uint64(i, f"line {n}: tag {tag!r}") for i in ids)
-
-        entries: dict[int, tuple[str, bytes]] = {}
-        files: list[Any] = []
-        for key, entry in _mapping(record, "entries").items():
-            what = f"line {n}: entry {key}"
-            if not _DIGITS.match(key) or int(key) >= _U64:
-                raise BadRecord(f"{what}: entry ids are decimal integers")
-            if not isinstance(entry, dict):
-                raise BadRecord(f"{what}: expected an object")
-            extra = set(entry) - {"type", "value", "payload_base64"}
-            if extra:
-                raise BadRecord(f"{what}: unknown field(s) {', '.join(sorted(extra))}")
-            name = entry.get("type")
-            if not isinstance(name, str) or not name or name.startswith("."):
-                raise BadRecord(f"{what}: type: expected a full message name")
-            if ("value" in entry) == ("payload_base64" in entry):
-                raise BadRecord(f"{what}: give either value or payload_base64")
-            resolved = resolvers.lookup(name)
-            if "value" in entry:
-                if resolved is None:
-                    raise BadRecord(f"{what}: unknown type {name!r} (no descriptor in the stream or bundled)")
-                try:
-                    message = json_format.ParseDict(
-                        entry["value"], resolved.cls(), descriptor_pool=resolved.file.pool
-                    )
-                    payload = message.SerializeToString()
-                except Exception as exc:  # noqa: BLE001 - ParseError, EncodeError, TypeError ...
-                    raise BadRecord(f"{what}: value is not a valid {name}: {exc}") from None
-            else:
-                payload = decode_base64(entry["payload_base64"], f"{what}: payload_base64")
-            if resolved is not None:
-                files.append(resolved.file)
-            _utf8(name, f"{what}: type")
-            entries[int(key)] = (name, payload)
-
-        type_ids: dict[str, int] = {}
-        for entry_id in sorted(entries):
-            name, payload = entries[entry_id]
-            type_id = type_ids.setdefault(name, len(type_ids) + 1)
-            item = event.entry.add()
-            item.key = entry_id
-            item.value.SetInParent()
-            item.value.type = type_id
-            if payload:
-                item.value.payload = payload
-        if entries:
-            event.nEntries = max(entries)
-        if type_ids:
-            event.nTypes = len(type_ids)
-        for name, type_id in type_ids.items():
-            item = event.type.add()
-            item.key = type_id
-            item.value = name.encode("utf-8")
+        _add_tags(event, record, n)
+        entries, files = _entries(record, n, resolvers)
+        _add_entries(event, entries)
         return _Event(metadata, event.SerializeToString(), files)
 
     def _buckets(self, events: list[_Event]) -> bytes:
