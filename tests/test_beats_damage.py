@@ -6,6 +6,7 @@ from __future__ import annotations
 import struct
 from pathlib import Path
 
+import lz4.frame
 import orjson
 import pytest
 
@@ -181,7 +182,15 @@ def test_lz4_pierrec_vector() -> None:
     out, tail = _decode_container(data)
     assert out == b"abc" and tail.kind == "end" and tail.trailing == 0
     assert tail.digest == 0x32D153FF and _content_error(data, tail) is None
-    assert lz4stream.compressor_frame(b"abc") == data
+    # Python's lz4 reproduces Beats' writer (pierrec/lz4 v4 defaults) byte for byte
+    ctx = lz4.frame.LZ4FrameCompressor(
+        block_size=lz4.frame.BLOCKSIZE_MAX4MB,
+        block_linked=False,
+        content_checksum=True,
+        compression_level=0,
+        auto_flush=True,
+    )
+    assert ctx.begin() + ctx.compress(b"abc") + ctx.flush() == data
     assert lz4stream.xxh32(b"abc") == 0x32D153FF
     assert lz4stream.BEATS_HEADER + lz4stream.encode_blocks(b"abc") + lz4stream.END_MARK + data[-4:] == data
 

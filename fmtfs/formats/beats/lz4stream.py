@@ -21,7 +21,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import lz4.block
-import lz4.frame
 import xxhash
 
 MAGIC = b"\x04\x22\x4d\x18"
@@ -191,16 +190,3 @@ def encode_blocks(data: bytes, max_block: int = BEATS_BLOCK) -> bytes:
         else:
             out += _u32.pack(len(piece) | RAW_BIT) + piece
     return bytes(out)
-
-
-def compressor_frame(data: bytes) -> bytes:
-    """A whole LZ4 frame as Beats' writer lays it out (header 04224d186470b9,
-    4 MB independent blocks, content checksum, no content size)."""
-    ctx = lz4.frame.LZ4FrameCompressor(
-        block_size=lz4.frame.BLOCKSIZE_MAX4MB,
-        block_linked=False,
-        content_checksum=True,
-        compression_level=0,
-        auto_flush=True,
-    )
-    return ctx.begin() + ctx.compress(data) + ctx.flush()
