@@ -328,14 +328,24 @@ class Segment:
                     d + nc, f"frame at uncompressed offset {base_u + w.end}: implausible frame size 0"
                 )
             break
-        if tail and tail[0].kind == "bad":
-            yield self.problem(d + tail[0].c, tail[0].error + "; rest of segment skipped")
-        elif tail and tail[0].kind == "end" and tail[0].trailing:
-            yield self.problem(d + tail[0].c, f"{tail[0].trailing} bytes after the LZ4 frame ignored")
-        if check and tail:  # a scan (decode_chunk passes check=False) that reached the end mark
-            error = lz4stream.content_error(self.read, self.avail, lz, tail[0])
+        if tail:
+            yield from self._lz4_end_problems(lz, tail[0], check)
+
+    def _lz4_end_problems(
+        self, lz: lz4stream.Lz4Header, tail: lz4stream.Tail, check: bool
+    ) -> Iterator[Problem]:
+        """How the LZ4 block sequence ended, when that is a problem: a bad
+        block, bytes after the frame, and (on a scan: decode_chunk passes
+        check=False) a content checksum that does not match."""
+        d = self.header.data_offset
+        if tail.kind == "bad":
+            yield self.problem(d + tail.c, tail.error + "; rest of segment skipped")
+        elif tail.kind == "end" and tail.trailing:
+            yield self.problem(d + tail.c, f"{tail.trailing} bytes after the LZ4 frame ignored")
+        if check:
+            error = lz4stream.content_error(self.read, self.avail, lz, tail)
             if error:
-                yield self.problem(d + tail[0].c + 4, f"{error}; the frames are shown as read")
+                yield self.problem(d + tail.c + 4, f"{error}; the frames are shown as read")
 
     def _after(self, block: lz4stream.Block, lz: lz4stream.Lz4Header) -> int:
         """Container offset just after `block` (its stored size + checksum)."""
