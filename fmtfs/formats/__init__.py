@@ -41,7 +41,7 @@ def detect(source: Path) -> str:
     raise FormatError(
         f"{source}: no known format detected (looked for beats <id>.seg segments, "
         "kestrel <queue>.<n> journals, wallaby LOG/IDX files, gvfs metadata trees "
-        "and journals, proio streams); use --format"
+        "and journals, proio .proio files or bucket magics); use --format"
     )
 
 
