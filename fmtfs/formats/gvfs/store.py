@@ -231,8 +231,10 @@ def rebuild(tree_path: Path, model: MetaModel) -> int:
         if old_fd is not None:
             os.pwrite(old_fd, struct.pack(">I", ROTATED), ROTATED_OFFSET)
             if old_tag is not None:
+                old_journal = tree_path.with_name(journal_name(tree_path.name, old_tag))
+                _VALIDATED.pop(old_journal, None)
                 try:
-                    os.unlink(tree_path.with_name(journal_name(tree_path.name, old_tag)))
+                    os.unlink(old_journal)
                 except FileNotFoundError:
                     pass
         return tag
