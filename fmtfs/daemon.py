@@ -25,7 +25,9 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     the kernel can send requests."""
     ops = FmtfsOperations(tree)
     fuse_options = set(pyfuse3.default_options)
-    fuse_options |= {"fsname=fmtfs", "subtype=fmtfs"}
+    # the kernel checks every open against the views' owners and modes,
+    # which follow the native files (fmtfs.permissions)
+    fuse_options |= {"fsname=fmtfs", "subtype=fmtfs", "default_permissions"}
     fuse_options |= {opt for opt in options if opt not in ("rw",)}
     try:
         pyfuse3.init(ops, str(mountpoint), fuse_options)

@@ -17,7 +17,10 @@ import threading
 import pyfuse3
 import trio
 
+from fmtfs import permissions
 from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
+from fmtfs.permissions import Access, ViewPermissions
+from fmtfs.refusals import Refusals
 from fmtfs.views import META_ERRORS, META_INFO, IndexedFile, SourceTree, ViewWriter
 
 log = logging.getLogger("fmtfs")
@@ -39,10 +42,13 @@ def _errors_to_fuse(handler):
             raise pyfuse3.FUSEError(errno.ENOENT) from None
         except FileExistsError:
             raise pyfuse3.FUSEError(errno.EEXIST) from None
-        except ReadOnlyView as exc:
-            log.info("refused: %s", exc)
+        except ReadOnlyView as exc:  # handlers that refuse record it themselves (Refusals)
+            log.debug("refused: %s", exc)
             raise pyfuse3.FUSEError(errno.EROFS if exc.read_only_kind else errno.EACCES) from None
-        except (BadRecord, ValueError) as exc:
+        except BadRecord as exc:  # already logged and in _errors.jsonl (ViewWriter._refuse)
+            log.debug("invalid write: %s", exc)
+            raise pyfuse3.FUSEError(errno.EINVAL) from None
+        except ValueError as exc:
             log.warning("invalid write: %s", exc)
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         except FormatError as exc:
@@ -82,6 +88,22 @@ def _child(parent: str, name: bytes) -> str:
     return f"{parent}/{text}" if parent else text
 
 
+def _name_refusal(operation: str):
+    """A handler refusing `operation` (unlink, rename, ...): the tree mirrors
+    the native files, so no names are made or removed."""
+
+    async def refuse(self: FmtfsOperations, parent_inode: int, name: bytes | int, *args, **kwargs):
+        try:
+            path = _child(self.inodes.path(parent_inode), name) if isinstance(name, bytes) else ""
+        except pyfuse3.FUSEError:
+            path = ""
+        raise self.refusals.refuse(
+            errno.EPERM, path, 0, f"{operation} refused: the tree mirrors the native files"
+        )
+
+    return refuse
+
+
 class FmtfsOperations(pyfuse3.Operations):
     supports_dot_lookup = False
     enable_writeback_cache = False
@@ -95,7 +117,8 @@ class FmtfsOperations(pyfuse3.Operations):
         # next write may have (a write anywhere else would not be an append)
         self.positions: dict[int, int] = {}
         self.next_handle = 1
-        self.uid, self.gid = os.getuid(), os.getgid()
+        self.permissions = ViewPermissions(tree)
+        self.refusals = Refusals(tree)
 
     # -- attributes -------------------------------------------------------
 
@@ -110,9 +133,10 @@ class FmtfsOperations(pyfuse3.Operations):
         entry.generation = 0
         entry.entry_timeout = ATTR_TIMEOUT
         entry.attr_timeout = ATTR_TIMEOUT
-        entry.st_uid, entry.st_gid = self.uid, self.gid
         if self.tree.is_dir(path):
-            entry.st_mode = stat.S_IFDIR | (0o755 if not self.tree.readonly else 0o555)
+            access = self.permissions.folder()
+            entry.st_uid, entry.st_gid = access.uid, access.gid
+            entry.st_mode = stat.S_IFDIR | (access.mode & ~0o222 if self.tree.readonly else access.mode)
             entry.st_nlink = 2
             entry.st_size = 0
         elif self.tree.exists(path):
@@ -120,7 +144,9 @@ class FmtfsOperations(pyfuse3.Operations):
                 # derived and meta files change with every write and are cheap
                 # to stat: never let the kernel answer for them from its cache
                 entry.attr_timeout = 0
-            entry.st_mode = stat.S_IFREG | (0o644 if self.tree.writable(path) else 0o444)
+            access = self.permissions.view(path)
+            entry.st_uid, entry.st_gid = access.uid, access.gid
+            entry.st_mode = stat.S_IFREG | permissions.view_mode(access, self.tree.writable(path))
             entry.st_nlink = 1
             entry.st_size = self.tree.size(path)
         else:
@@ -156,7 +182,8 @@ class FmtfsOperations(pyfuse3.Operations):
             writer = self.handles.get(fh, (None, None))[1] if fh is not None else None
             replacing = writer is not None and writer.writer.mode == "replace"
             if not (attr.st_size == 0 and (replacing or path in self.tree.created)):
-                raise pyfuse3.FUSEError(errno.EPERM if self.tree.writable(path) else errno.EROFS)
+                code = errno.EPERM if self.tree.writable(path) else errno.EROFS
+                raise self.refusals.refuse(code, path, attr.st_size, "truncation refused: views only grow")
         return await self._attributes_async(path)
 
     # -- directories ------------------------------------------------------
@@ -201,10 +228,13 @@ class FmtfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT if not self.tree.exists(path) else errno.EISDIR)
         writer = None
         if flags & (os.O_WRONLY | os.O_RDWR):
-            writer = await trio.to_thread.run_sync(self.tree.open_writer, path, False)
+            self._check_writer(path, ctx)
+            writer = await self._open_writer(path, False)
             if flags & os.O_TRUNC and writer.writer.mode == "append" and self.tree.size(path):
                 # the native formats are append-only: `>` cannot replace a view, use `>>`
-                raise pyfuse3.FUSEError(errno.EPERM)
+                raise self.refusals.refuse(
+                    errno.EPERM, path, 0, "`>` refused: views only grow, append with `>>`"
+                )
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
         if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
             self.positions[info.fh] = self.tree.size(path)
@@ -219,7 +249,13 @@ class FmtfsOperations(pyfuse3.Operations):
         path = _child(self.inodes.path(parent_inode), name)
         if self.tree.exists(path):
             raise pyfuse3.FUSEError(errno.EEXIST)
-        writer = await trio.to_thread.run_sync(self.tree.open_writer, path, True)
+        if not permissions.may_write(
+            self.permissions.folder(), ctx.uid, permissions.process_groups(ctx.pid, ctx.gid)
+        ):
+            raise self.refusals.refuse(
+                errno.EACCES, path, 0, "not allowed to create files in the source folder"
+            )
+        writer = await self._open_writer(path, True)
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
         info.direct_io = True
         return info, self._attributes(path)
@@ -236,14 +272,18 @@ class FmtfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.EBADF)
         expected = self.positions.get(fh)
         if expected is not None:
-            if off != expected:
-                raise pyfuse3.FUSEError(errno.EPERM)  # views only grow at their end
+            if off != expected:  # views only grow at their end
+                raise self.refusals.refuse(
+                    errno.EPERM, path, off, f"write at {off}, not at the end ({expected})"
+                )
             self.positions[fh] = expected + len(buf)
         try:
             changed = await trio.to_thread.run_sync(writer.write, bytes(buf), off)
         except BadRecord:
             self._invalidate_later({META_ERRORS, META_INFO})
             raise
+        except ReadOnlyView as exc:
+            raise self.refusals.refuse(_refusal_code(exc), path, off, str(exc)) from None
         self._invalidate_later(changed | {path})
         return len(buf)
 
@@ -268,11 +308,40 @@ class FmtfsOperations(pyfuse3.Operations):
                 with self.tree.lock:
                     self.tree.created.discard(path)
 
-    async def _refuse(self, *args, **kwargs):
-        """The tree mirrors the native files: no names are made or removed."""
-        raise pyfuse3.FUSEError(errno.EPERM)
+    # -- permissions and refusals ------------------------------------------
 
-    unlink = rmdir = mkdir = rename = symlink = link = mknod = _refuse
+    def _check_writer(self, path: str, ctx: pyfuse3.RequestContext) -> None:
+        """fmtfs runs as root but writes for the user behind the request only
+        where that user may write every native file behind the view (the
+        kernel checked the view's mode, derived from the same files, but
+        that may be up to ATTR_TIMEOUT old)."""
+        if ctx.uid == 0:
+            return
+        groups = permissions.process_groups(ctx.pid, ctx.gid)
+        natives = self.tree.native_files_of(path)
+        for native in self.tree.all_native_files() if natives is None else natives:
+            try:
+                allowed = permissions.may_write(Access.of_path(native), ctx.uid, groups)
+            except OSError:
+                continue  # gone: the writer reports it
+            if not allowed:
+                raise self.refusals.refuse(
+                    errno.EACCES, path, 0, f"uid {ctx.uid} may not write the native file {native.name}"
+                )
+
+    async def _open_writer(self, path: str, create: bool) -> ViewWriter:
+        try:
+            return await trio.to_thread.run_sync(self.tree.open_writer, path, create)
+        except ReadOnlyView as exc:
+            raise self.refusals.refuse(_refusal_code(exc), path, 0, str(exc)) from None
+
+    unlink = _name_refusal("unlink")
+    rmdir = _name_refusal("rmdir")
+    mkdir = _name_refusal("mkdir")
+    rename = _name_refusal("rename")
+    symlink = _name_refusal("symlink")
+    link = _name_refusal("link")
+    mknod = _name_refusal("mknod")
 
     async def statfs(self, ctx):
         result = pyfuse3.StatvfsData()
@@ -300,6 +369,10 @@ class FmtfsOperations(pyfuse3.Operations):
                 continue
             if changed:
                 self._invalidate_later(changed)
+
+
+def _refusal_code(exc: ReadOnlyView) -> int:
+    return errno.EROFS if exc.read_only_kind else errno.EACCES
 
 
 def _invalidate(inodes: list[int]) -> None:

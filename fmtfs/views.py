@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 
-from fmtfs import __version__, parquet
+from fmtfs import __version__, parquet, permissions
 from fmtfs.formats.base import BadRecord, Format, FormatError, Problem, ReadOnlyView, Record, Writer
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
@@ -345,6 +345,7 @@ class SourceTree:
         options_key = {k: v for k, v in fmt.options.items() if k != "key"}
         if fmt.options.get("key"):
             options_key["key"] = digest("fmtfs-key", fmt.options["key"].hex())[:8]
+        permissions.private_folder(cache_dir)  # it holds decoded records (derived views, Parquet)
         self.index = Index(cache_dir, self.source_key, f"{__version__}/{digest(options_key)}")
         self.index_dir = cache_dir
         self.parquet_dir = cache_dir / "parquet"
@@ -375,7 +376,10 @@ class SourceTree:
             for item in it:
                 if item.name.startswith(prefix) and item.is_file():
                     st = item.stat()
-                    seen.append((item.name, st.st_size, st.st_mtime_ns, st.st_ino))
+                    # mode and owner too: a chmod/chown changes who may read the views
+                    seen.append(
+                        (item.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+                    )
         return tuple(sorted(seen))
 
     def refresh(self, force: bool = False) -> set[str]:
@@ -526,6 +530,36 @@ class SourceTree:
                 return b""
             raise FileNotFoundError(path)
         return view.read(offset, size)
+
+    def native_files_of(self, path: str) -> list[Path] | None:
+        """The native files a view is decoded from (fmtfs.permissions derives
+        its owner and mode from them): a stream view's file, the union of a
+        sliced view's streams, a Parquet twin's view's files; None (every
+        native file, all_native_files) for meta files, views being created
+        and derived views the format says nothing about."""
+        view = self.files.get(path)
+        if isinstance(view, ParquetFile):
+            path, view = view.view, view.source
+        if view is None or path in (META_INFO, META_ERRORS):
+            return None
+        declared = self.format.view_sources(path)
+        if declared is not None:
+            return declared
+        if isinstance(view, IndexedFile):
+            return [view.entry.stream.path]
+        if isinstance(view, SlicedFile):
+            return list(dict.fromkeys(part.entry.stream.path for part, _ in view.parts))
+        return None
+
+    def all_native_files(self) -> list[Path]:
+        """Every native file some view reads: the streams' files and those
+        the format names for its derived views (Beats state.dat, kestrel
+        reader files, gvfs trees)."""
+        found = dict.fromkeys(entry.stream.path for entry in self.entries)
+        for path, view in list(self.files.items()):
+            if not isinstance(view, (IndexedFile, ParquetFile)) and path not in (META_INFO, META_ERRORS):
+                found.update(dict.fromkeys(self.format.view_sources(path) or []))
+        return list(found)
 
     def writable(self, path: str) -> bool:
         """Whether the view takes writes (its mode bits say so).  Asks the

@@ -201,3 +201,10 @@ class Format(ABC):
         """The pyarrow schema of a record view's Parquet twin, or None to let
         fmtfs.parquet infer one from the records."""
         return None
+
+    def view_sources(self, view_path: str) -> list[Path] | None:
+        """The native files a derived view (or a stream view reading more
+        than its stream's file) is computed from: its owner and mode are the
+        most restrictive of theirs (fmtfs.permissions).  None means every
+        native file of the source: the safe default."""
+        return None

@@ -12,6 +12,7 @@ from pathlib import Path
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fmtfs.formats.base import FormatError
+from fmtfs.permissions import warn_if_shared
 
 KEY_SIZE = 16
 _HEX = frozenset(string.hexdigits)
@@ -31,6 +32,7 @@ def read_key_file(path: str | Path) -> bytes:
         data = Path(path).read_bytes()
     except OSError as exc:
         raise FormatError(f"{path}: cannot read key file ({exc.strerror})") from None
+    warn_if_shared(Path(path))
     if len(data) == KEY_SIZE:
         return data
     text = data.strip()

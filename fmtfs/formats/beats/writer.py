@@ -31,6 +31,7 @@ from fmtfs.formats.beats.layout import OPT_ENCRYPTED, OPT_LZ4, new_header
 from fmtfs.formats.beats.payload import encode_line
 from fmtfs.formats.beats.segment import Segment
 from fmtfs.formats.files import fsync_path
+from fmtfs.permissions import inherit
 
 # Beats' default MaxSegmentSize; a frame above it minus the header is rejected.
 MAX_SEGMENT_SIZE = 100 << 20
@@ -68,7 +69,8 @@ class _Tail:
 
 
 def create_segment(path: Path, options: int, key: bytes | None) -> None:
-    """A new, empty shipped-v2 segment (mode 0600, frame count 0).  With LZ4
+    """A new, empty shipped-v2 segment (frame count 0; the owner and mode of
+    the other segments, 0600 with the folder's owner for the first one).  With LZ4
     it already holds an empty, closed LZ4 frame, so an append always
     replaces an end mark."""
     iv = os.urandom(16) if options & OPT_ENCRYPTED else None
@@ -81,6 +83,8 @@ def create_segment(path: Path, options: int, key: bytes | None) -> None:
             body = ctr_xor(key, iv, 0, body)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
+        # owner and mode of the other segments: never more readable than they are
+        inherit(path, path.parent.glob("*.seg"))
         os.write(fd, new_header(options, iv) + body)
         os.fsync(fd)
     finally:

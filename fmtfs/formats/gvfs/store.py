@@ -49,6 +49,7 @@ from fmtfs.formats.gvfs.tree import (
     read_header,
     read_tree,
 )
+from fmtfs.permissions import inherit
 
 _TEMP = re.compile(r"^(?P<tree>.+)\.[A-Za-z0-9]{6}$")  # mkstemp's <tree>.XXXXXX
 _BACKUP = re.compile(r"\.backup\.\d{4}-\d\d-\d\d")  # <tree>.backup.<ISO 8601>
@@ -179,8 +180,10 @@ def effective_model(state: TreeState) -> MetaModel:
 # -- writing -----------------------------------------------------------------
 
 
-def _create_exclusive(base: Path, data: bytes) -> Path:
-    """Write `data` to a new `<base>.XXXXXX` (mode 0600) and fsync it."""
+def _create_exclusive(base: Path, data: bytes, tree_path: Path) -> Path:
+    """Write `data` to a new `<base>.XXXXXX` and fsync it.  It takes the
+    owner and mode of the tree it belongs to (the store is its user's, even
+    when root writes it), or the folder's for a new tree."""
     for _ in range(100):
         tmp = base.with_name(base.name + "." + "".join(secrets.choice(_ALNUM) for _ in range(6)))
         try:
@@ -188,6 +191,7 @@ def _create_exclusive(base: Path, data: bytes) -> Path:
         except FileExistsError:
             continue
         try:
+            inherit(tmp, [tree_path])
             os.write(fd, data)
             os.fsync(fd)
         finally:
@@ -222,9 +226,9 @@ def rebuild(tree_path: Path, model: MetaModel) -> int:
         tag = secrets.randbits(32)
         while tag == old_tag:
             tag = secrets.randbits(32)
-        tmp = _create_exclusive(tree_path, build_tree(model, tag))
+        tmp = _create_exclusive(tree_path, build_tree(model, tag), tree_path)
         jpath = tree_path.with_name(journal_name(tree_path.name, tag))
-        jtmp = _create_exclusive(jpath, new_journal(tag))
+        jtmp = _create_exclusive(jpath, new_journal(tag), tree_path)
         os.replace(jtmp, jpath)
         os.replace(tmp, tree_path)
         _fsync_dir(folder)
@@ -265,7 +269,7 @@ def append_entries(tree_path: Path, entries: list[bytes]) -> int:
                 ) from None
             jpath = tree_path.with_name(journal_name(tree_path.name, header.tag))
             if not jpath.exists():  # the daemon recreates a missing journal with the tree's tag
-                tmp = _create_exclusive(jpath, new_journal(header.tag))
+                tmp = _create_exclusive(jpath, new_journal(header.tag), tree_path)
                 os.replace(tmp, jpath)
             written = _append_fitting(jpath, header.tag, pending)
             pending = pending[written:]

@@ -22,6 +22,7 @@ from fmtfs.formats.kestrel.records import (
     iter_records,
 )
 from fmtfs.formats.kestrel.shapes import DEFAULT_READER
+from fmtfs.permissions import inherit
 
 
 @dataclass
@@ -103,11 +104,17 @@ def rewrite_reader(folder: Path, file_name: str, head: int, done: list[int]) -> 
     while True:
         temp = folder / f"{file_name}~~{stamp}"
         try:
-            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             break
         except FileExistsError:
             stamp += 1
     try:
+        # the replaced reader file's owner and mode (a new reader: the queue's files')
+        queue_prefix = file_name.partition(".read.")[0] + "."
+        like = (
+            [target] if target.exists() else [p for p in folder.iterdir() if p.name.startswith(queue_prefix)]
+        )
+        inherit(temp, like)
         try:
             view = memoryview(blob)
             while view:

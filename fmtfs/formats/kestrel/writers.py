@@ -27,6 +27,7 @@ from fmtfs.formats.kestrel.records import (
     put_size,
     read_record,
 )
+from fmtfs.permissions import inherit
 from fmtfs.shape import parse_time, take_data
 
 DEFAULT_JOURNAL_SIZE = 16 * 1024 * 1024
@@ -225,12 +226,14 @@ def create_writer_file(folder: Path, queue: str, number: int, clock: Callable[[]
     while True:
         path = folder / f"{queue}.{number}"
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             break
         except FileExistsError:
             time.sleep(0.001)
             number = max(clock(), number + 1)
     try:
+        # owner and mode of the queue's other files, never wider
+        inherit(path, (p for p in folder.iterdir() if p.name.startswith(queue + ".")))
         os.write(fd, WRITER_MAGIC)
     finally:
         os.close(fd)

@@ -1,0 +1,278 @@
+"""Who may read and write a view: the native files decide.
+
+A mount must never widen who can read the data.  Every view shows the
+owner, group and permission bits of the native files it is decoded from,
+and the mount is made with `default_permissions`, so the kernel itself
+checks them on every open (allow_other then lets other users in only as far
+as the native files already let them).
+
+- A view decoded from one native file takes that file's owner, group and
+  read bits; write bits only where the view takes writes, and then only the
+  file's own write bits.
+- A view built from several native files (Beats pending, kestrel pending
+  and items, gvfs metadata, proio summaries, Parquet twins of those, the
+  `_fmtfs.json`/`_errors.jsonl` meta files) takes the most restrictive of
+  them, computed per class (owner, group, others) so that nobody gets a bit
+  they lack on any one of the files.  The owner is kept when all the files
+  agree on it, else the view belongs to the mounter (root, usually, who
+  could read them all anyway); the same for the group.
+- Folders take the source folder's owner, group and mode (a single-file
+  source: the file's, with x wherever it has r).
+- Native files fmtfs creates (a new Beats segment, a kestrel writer or
+  reader file, a rotated gvfs tree) copy the owner and the most restrictive
+  mode of their siblings, so a write through the mount never leaves a file
+  more readable than the ones beside it.
+
+Everything here works from stat results; fmtfs.fuse asks ViewPermissions,
+which memoises per state of the tree (`SourceTree.generation`) so a getattr
+costs a dictionary look-up, not an os.stat.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from fmtfs.views import SourceTree
+
+log = logging.getLogger("fmtfs")
+
+READ_BITS = 0o444
+WRITE_BITS = 0o222
+USER, GROUP, OTHER = 0o700, 0o070, 0o007
+ALL = "\0all"  # ViewPermissions' key for "every native file" (no view has this path)
+
+
+@dataclass(frozen=True)
+class Access:
+    """Owner, group and permission bits (no file type) of a file or view."""
+
+    uid: int
+    gid: int
+    mode: int
+
+    @classmethod
+    def of_stat(cls, st: os.stat_result) -> Access:
+        return cls(st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+
+    @classmethod
+    def of_path(cls, path: Path) -> Access:
+        return cls.of_stat(os.stat(path))
+
+
+def _class_bits(access: Access, mask: int) -> int:
+    """The rwx of one class (USER, GROUP or OTHER) as 0-7."""
+    shift = {USER: 6, GROUP: 3, OTHER: 0}[mask]
+    return (access.mode & mask) >> shift
+
+
+def most_restrictive(accesses: Iterable[Access], mounter: tuple[int, int]) -> Access | None:
+    """One owner/group/mode that grants nobody more than any of `accesses`
+    grants them.  For each class of the result, a member could hold any
+    role towards a source file whose owner or group differs from the
+    result's, so it gets only the bits common to every role it might hold
+    there.  With ordinary modes (owner >= group >= others) and a common
+    owner and group, this is the plain intersection of the mode bits."""
+    files = list(accesses)
+    if not files:
+        return None
+    uids = {a.uid for a in files}
+    gids = {a.gid for a in files}
+    uid = uids.pop() if len(uids) == 1 else mounter[0]
+    gid = gids.pop() if len(gids) == 1 else mounter[1]
+    user = group = other = 0o7
+    for a in files:
+        u, g, o = _class_bits(a, USER), _class_bits(a, GROUP), _class_bits(a, OTHER)
+        # the result's owner: that file's owner, or else maybe in its group, maybe not
+        user &= u if a.uid == uid else g & o
+        # a member of the result's group, not its owner
+        if a.uid == uid:
+            group &= g if a.gid == gid else g & o
+        else:
+            group &= u & g if a.gid == gid else u & g & o
+        # anyone else: not in the result's group, not its owner
+        if a.uid == uid:
+            other &= o if a.gid == gid else g & o
+        else:
+            other &= u & o if a.gid == gid else u & g & o
+    return Access(uid, gid, (user << 6) | (group << 3) | other)
+
+
+def view_mode(access: Access, writable: bool) -> int:
+    """A view's permission bits: the read bits of its native files, their
+    write bits only where the view takes writes, never x."""
+    return (access.mode & READ_BITS) | (access.mode & WRITE_BITS if writable else 0)
+
+
+def folder_access(source: Path) -> Access:
+    """The owner and mode of the mount's folders: the source folder's, or
+    for a single-file source the file's, with x wherever it has r."""
+    access = Access.of_path(source)
+    if source.is_dir():
+        return Access(access.uid, access.gid, access.mode & 0o7777)
+    bits = access.mode & 0o777
+    return Access(access.uid, access.gid, bits | ((bits & READ_BITS) >> 2))
+
+
+class ViewPermissions:
+    """The Access of every view of one tree, memoised per tree generation.
+
+    Native files are stat'ed once per generation (only those of views
+    asked for); the tree's snapshot includes every native file's mode and
+    owner, so a chmod or chown of a native file starts a new generation."""
+
+    def __init__(self, tree: SourceTree) -> None:
+        self.tree = tree
+        self.mounter = (os.getuid(), os.getgid())
+        self._lock = threading.Lock()
+        self._generation = -1
+        self._stats: dict[Path, Access | None] = {}
+        self._views: dict[str, Access] = {}
+        self._folder: Access | None = None
+
+    def _current(self) -> None:
+        generation = self.tree.generation
+        if generation != self._generation:
+            self._generation = generation
+            self._stats, self._views, self._folder = {}, {}, None
+
+    def folder(self) -> Access:
+        with self._lock:
+            self._current()
+            if self._folder is None:
+                self._folder = folder_access(self.tree.format.source)
+            return self._folder
+
+    def _file(self, path: Path) -> Access | None:
+        if path not in self._stats:
+            try:
+                self._stats[path] = Access.of_path(path)
+            except OSError:
+                self._stats[path] = None  # gone since the refresh: it grants nothing
+        return self._stats[path]
+
+    def _combined(self, natives: list[Path]) -> Access | None:
+        accesses = [self._file(p) for p in natives]
+        if any(a is None for a in accesses):
+            # a native file vanished between the refresh and now: grant nothing
+            return Access(self.mounter[0], self.mounter[1], 0)
+        return most_restrictive([a for a in accesses if a is not None], self.mounter)
+
+    def view(self, path: str) -> Access:
+        """Owner, group and the native files' combined bits for a view."""
+        with self._lock:
+            self._current()
+            found = self._views.get(path)
+            if found is None:
+                natives = self.tree.native_files_of(path)
+                if natives is None:  # every native file: computed once per generation
+                    found = self._views.get(ALL)
+                    if found is None:
+                        found = self._views[ALL] = self._of_all()
+                else:
+                    found = self._combined(natives) or self._of_all()
+                self._views[path] = found
+            return found
+
+    def _of_all(self) -> Access:
+        found = self._combined(self.tree.all_native_files())
+        if found is None:  # no native file at all (an empty source's meta files)
+            folder = self._folder or folder_access(self.tree.format.source)
+            found = Access(folder.uid, folder.gid, folder.mode & 0o666)
+        return found
+
+
+# -- new native files ---------------------------------------------------------
+
+
+def inherit(new: Path, like: Iterable[Path]) -> None:
+    """Give a native file fmtfs just created the owner and the most
+    restrictive mode of `like` (its siblings: the files of the same stream
+    or queue), or, when none of them exists, the folder's owner with the
+    folder's mode less x.  Call it before a temporary file is renamed into
+    place, so the file never shows wider permissions than its siblings."""
+    accesses = []
+    for path in like:
+        if path == new:
+            continue
+        try:
+            accesses.append(Access.of_path(path))
+        except OSError:
+            continue
+    target = most_restrictive(accesses, (os.getuid(), os.getgid()))
+    if target is None:
+        # the folder's owner and read bits, never writable by others (a
+        # sticky /tmp-like folder must not give a world-writable file)
+        folder = Access.of_path(new.parent)
+        target = Access(folder.uid, folder.gid, folder.mode & 0o644)
+    mine = Access.of_path(new)
+    if os.geteuid() == 0 and (mine.uid, mine.gid) != (target.uid, target.gid):
+        os.chown(new, target.uid, target.gid)
+    os.chmod(new, target.mode & 0o777)
+
+
+def private_folder(folder: Path) -> None:
+    """Create the cache folder for the owner only: it holds decoded records
+    (derived views, Parquet twins) of files others may not read.  An
+    existing folder others can read is left as it is, with a warning."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        return
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o055:
+        log.warning(
+            "cache folder %s is readable by others (mode %04o): it holds decoded records; chmod 700 it",
+            folder,
+            mode,
+        )
+
+
+# -- who may write -------------------------------------------------------------
+
+
+def process_groups(pid: int, gid: int) -> set[int]:
+    """The supplementary groups of the process behind a request (from
+    /proc), plus its group from the request itself."""
+    groups = {gid}
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Groups:"):
+                    groups.update(int(g) for g in line.split()[1:])
+                    break
+    except (OSError, ValueError):
+        pass  # the process is gone: only its own group counts
+    return groups
+
+
+def may_write(access: Access, uid: int, groups: set[int]) -> bool:
+    """Whether a user may write a file of `access` (root always may)."""
+    if uid == 0:
+        return True
+    if uid == access.uid:
+        return bool(access.mode & 0o200)
+    if access.gid in groups:
+        return bool(access.mode & 0o020)
+    return bool(access.mode & 0o002)
+
+
+def warn_if_shared(key_file: Path) -> None:
+    """A key file others can read gives away every encrypted segment."""
+    try:
+        mode = stat.S_IMODE(os.stat(key_file).st_mode)
+    except OSError:
+        return  # reading it reports the problem
+    if mode & 0o044:
+        log.warning(
+            "key file %s is readable by others (mode %04o): make it 0600 (chmod 600 %s)",
+            key_file,
+            mode,
+            key_file,
+        )
