@@ -218,20 +218,26 @@ def inherit(new: Path, like: Iterable[Path]) -> None:
     os.chmod(new, target.mode & 0o777)
 
 
-def private_folder(folder: Path) -> None:
-    """Create the cache folder for the owner only: it holds decoded records
-    (derived views, Parquet twins) of files others may not read.  An
-    existing folder others can read is left as it is, with a warning."""
+def private_folder(folder: Path, ours: bool = False) -> None:
+    """Create a cache folder for its owner only: it holds decoded records
+    (derived views, Parquet twins) of files others may not read.  A folder
+    the user named is left as it is; one of fmtfs's own (`ours`, e.g. the
+    cache's parquet/ folder) is made private even if an older run made it
+    readable by others."""
     if not folder.exists():
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    elif ours and stat.S_IMODE(folder.stat().st_mode) & 0o077:
+        os.chmod(folder, 0o700)
+
+
+def private_file(path: Path) -> None:
+    """Make one of fmtfs's cache files (the index) readable by its owner only."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
         return
-    mode = stat.S_IMODE(folder.stat().st_mode)
-    if mode & 0o055:
-        log.warning(
-            "cache folder %s is readable by others (mode %04o): it holds decoded records; chmod 700 it",
-            folder,
-            mode,
-        )
+    if st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) & 0o077:
+        os.chmod(path, 0o600)
 
 
 # -- who may write -------------------------------------------------------------

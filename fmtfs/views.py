@@ -347,9 +347,10 @@ class SourceTree:
             options_key["key"] = digest("fmtfs-key", fmt.options["key"].hex())[:8]
         permissions.private_folder(cache_dir)  # it holds decoded records (derived views, Parquet)
         self.index = Index(cache_dir, self.source_key, f"{__version__}/{digest(options_key)}")
+        permissions.private_file(cache_dir / "index.sqlite3")  # SQLite's journals copy its mode
         self.index_dir = cache_dir
         self.parquet_dir = cache_dir / "parquet"
-        self.parquet_dir.mkdir(parents=True, exist_ok=True)
+        permissions.private_folder(self.parquet_dir, ours=True)
         self.lock = threading.RLock()
         self.write_lock = threading.Lock()
         self.files: dict[str, ViewFile] = {}

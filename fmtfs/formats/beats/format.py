@@ -153,6 +153,15 @@ class BeatsFormat(Format):
             out.append(state)
         return out
 
+    def view_sources(self, path: str) -> list[Path] | None:
+        """pending.jsonl reads state.dat and the segments it slices."""
+        if path != PENDING:
+            return None
+        state = self._state()
+        slices = self.pending(state) if isinstance(state, QueueState) else []
+        paths = {view_path(s.segment_id): s.path for s in self.streams() if isinstance(s, SegmentStream)}
+        return [self.source / STATE_FILE] + [paths[s.view] for s in slices if s.view in paths]
+
     def info(self) -> dict[str, Any]:
         segments = []
         for stream in self.streams():

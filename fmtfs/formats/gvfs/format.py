@@ -213,6 +213,13 @@ class GvfsFormat(Format):
             trees[tree.name] = detail
         return {"trees": trees, "ignored_files": cat.ignored}
 
+    def view_sources(self, view_path: str) -> list[Path] | None:
+        """Both views of a tree read (and a write may rewrite) the tree and its journal."""
+        for tree in self._catalog().trees:
+            if view_path.startswith(encode_name(tree.name) + "/"):
+                return [tree.path] + ([tree.journal_path] if tree.journal_path.is_file() else [])
+        return None
+
     def writer(self, view_path: str, create: bool) -> Writer:
         parts = view_path.strip("/").split("/")
         if len(parts) != 2 or parts[1] not in (JOURNAL_VIEW, METADATA_VIEW):

@@ -180,10 +180,11 @@ def effective_model(state: TreeState) -> MetaModel:
 # -- writing -----------------------------------------------------------------
 
 
-def _create_exclusive(base: Path, data: bytes, tree_path: Path) -> Path:
+def _create_exclusive(base: Path, data: bytes, like: Path) -> Path:
     """Write `data` to a new `<base>.XXXXXX` and fsync it.  It takes the
-    owner and mode of the tree it belongs to (the store is its user's, even
-    when root writes it), or the folder's for a new tree."""
+    owner and mode of `like` (the tree it belongs to, or the journal it
+    replaces: the store is its user's, even when root writes it), or the
+    folder's for a new tree."""
     for _ in range(100):
         tmp = base.with_name(base.name + "." + "".join(secrets.choice(_ALNUM) for _ in range(6)))
         try:
@@ -191,7 +192,7 @@ def _create_exclusive(base: Path, data: bytes, tree_path: Path) -> Path:
         except FileExistsError:
             continue
         try:
-            inherit(tmp, [tree_path])
+            inherit(tmp, [like])
             os.write(fd, data)
             os.fsync(fd)
         finally:
@@ -295,8 +296,7 @@ def _grow_journal(jpath: Path, wanted: int) -> bool:
     grown = bytearray(data)
     grown += bytes(new_size - size)
     struct.pack_into(">I", grown, FILE_SIZE_OFFSET, new_size)
-    tmp = _create_exclusive(jpath, bytes(grown))
-    os.chmod(tmp, os.stat(jpath).st_mode & 0o7777)
+    tmp = _create_exclusive(jpath, bytes(grown), jpath)  # the journal's own owner and mode
     os.replace(tmp, jpath)
     _fsync_dir(jpath.parent)
     known = _VALIDATED.pop(jpath, None)

@@ -82,6 +82,22 @@ class KestrelFormat(Format):
             out.extend(LegacyStream(f) for f in queue.legacy)
         return out
 
+    def view_sources(self, view_path: str) -> list[Path] | None:
+        """A reader document is its reader file; pending items are that file
+        and the queue's writer files; items.jsonl the queue's legacy files."""
+        parts = view_path.split("/")
+        if len(parts) < 2 or parts[1] not in ("readers", "pending", "items.jsonl"):
+            return None  # a stream view: its own file
+        for queue in self._queues().values():
+            if view_path == items_view(queue.name):
+                return [f.path for f in queue.legacy]
+            for rf in queue.readers:
+                if view_path == reader_view(queue.name, rf.reader):
+                    return [rf.path]
+                if view_path == pending_view(queue.name, rf.reader):
+                    return [rf.path] + [w.path for w in queue.writers]
+        return None
+
     def _reader_states(self, queue: Queue) -> tuple[dict[str, ReaderState], list[Problem]]:
         states: dict[str, ReaderState] = {}
         problems: list[Problem] = []

@@ -79,6 +79,13 @@ class ProioFormat(Format):
             views[f"{encode_name(path.name)}/_summary.txt"] = lambda p=path: summary([p])
         return views
 
+    def view_sources(self, view_path: str) -> list[Path] | None:
+        """A file's `_summary.txt` reads that file only (the root one: all)."""
+        parts = view_path.split("/")
+        if len(parts) == 2 and parts[1] == "_summary.txt":
+            return [p for p in self._paths() if encode_name(p.name) == parts[0]] or None
+        return None
+
     def parquet_schema(self, view_path: str) -> Any:
         """`<file>/types/<type>.jsonl` twins are typed by the message
         descriptor (from the stream's headers, then the fallbacks)."""

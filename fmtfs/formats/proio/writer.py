@@ -30,6 +30,7 @@ from fmtfs.formats.base import BadRecord, Record, Writer
 from fmtfs.formats.proio import wire
 from fmtfs.formats.proio.reader import Damaged, Head, Truncated, _Source, read_head
 from fmtfs.formats.proio.schema import Resolver, Resolvers, dependency_closure
+from fmtfs.permissions import inherit
 from fmtfs.shape import decode_base64
 
 _U64 = 1 << 64
@@ -298,7 +299,10 @@ class ProioWriter(Writer):
             # would make readers misparse our bucket as its payload.
             os.truncate(self.path, self._tail.torn)
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            new = not self.path.exists()
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            if new:  # a new stream file: owner and mode of the other .proio files
+                inherit(self.path, self.path.parent.glob("*.proio"))
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
