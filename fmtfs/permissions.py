@@ -81,8 +81,8 @@ def most_restrictive(accesses: Iterable[Access], mounter: tuple[int, int]) -> Ac
     there.  With ordinary modes (owner >= group >= others) and a common
     owner and group, this is the plain intersection of the mode bits."""
     files = list(accesses)
-    if not files:
-        return None
+    if len(files) <= 1:
+        return files[0] if files else None  # the common case: one native file
     uids = {a.uid for a in files}
     gids = {a.gid for a in files}
     uid = uids.pop() if len(uids) == 1 else mounter[0]
