@@ -143,3 +143,21 @@ def test_a_shared_key_file_is_warned_about(tmp_path: Path, caplog: pytest.LogCap
     with caplog.at_level(logging.WARNING, logger="fmtfs"):
         warn_if_shared(key)
     assert len(caplog.records) == 1 and "0600" in caplog.records[0].getMessage()
+
+
+def test_gvfs_rewrites_keep_the_store_its_users(tmp_path: Path) -> None:
+    """Root rebuilding or growing a user's gvfs store leaves every file the
+    user's, with the mode it had (else the user's own daemon could not read it)."""
+    from fmtfs.formats.gvfs import store as gvfs_store
+
+    folder = gvfs.generate(tmp_path / "gvfs", 20)
+    for path in folder.iterdir():
+        os.chown(path, NOBODY, NOBODY)
+        os.chmod(path, 0o600)
+    tree = folder / "home"
+    gvfs_store.rebuild(tree, gvfs_store.effective_model(gvfs_store.read_state(tree)))
+    journal = next(p for p in folder.iterdir() if p.name.startswith("home-"))
+    assert gvfs_store._grow_journal(journal, 0)
+    for path in folder.iterdir():
+        st = path.stat()
+        assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (NOBODY, NOBODY, 0o600), path.name
