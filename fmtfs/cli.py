@@ -1,4 +1,8 @@
-"""fmtfs mount|umount|ls|cat|info (LAYOUT.md §1)."""
+"""The fmtfs command line: mount, umount, index, info, ls, cat (LAYOUT.md §1).
+
+Every command opens the source through the same view layer as the mount, so
+`ls`, `cat` and `info` print the bytes a mount shows.  A user mistake is one
+line on stderr and exit status 1, never a traceback."""
 
 from __future__ import annotations
 
@@ -8,65 +12,228 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
+from fmtfs import __version__, summary
 from fmtfs.formats import FORMATS, open_source
-from fmtfs.formats.base import FormatError
-from fmtfs.views import META_INFO, SourceTree
+from fmtfs.formats.base import Format, FormatError
+from fmtfs.index import Progress
+from fmtfs.mounthelper import expand_options
+from fmtfs.progress import IndexProgress, native_size, on_terminal
+from fmtfs.views import META_ERRORS, META_INFO, SourceTree
 
 log = logging.getLogger("fmtfs")
+
+ABOUT = """\
+fmtfs shows binary append-only files (Elastic Beats disk queue, Kestrel
+journals, wallaby write-ahead logs, gvfs metadata, proio event streams) as
+JSON Lines and Parquet files: mounted with FUSE, or printed without a mount."""
+
+ENVIRONMENT = """\
+environment:
+  FMTFS_BEATS_PASSWORD  password of encrypted Beats segments; the AES key is
+                        derived from it (PBKDF2-HMAC-SHA1, 4096 rounds) unless
+                        --key-file is given
+  XDG_CACHE_HOME        the default index folder is $XDG_CACHE_HOME/fmtfs
+                        (~/.cache/fmtfs)"""
+
+MOUNT_OPTIONS = """\
+mount options (-o, comma-separated, as in mount(8) and /etc/fstab):
+  ro                    refuse every write with EROFS
+  allow_other           let other users reach the mount (FUSE option)
+  format=F, cache_dir=DIR, key_file=FILE, time_bucket=B, descriptor_set=FILE,
+  kestrel_journal_size=BYTES, log_file=FILE, debug, verbose
+                        the same as the options of the same name below
+  _netdev, noauto, nofail, auto, user, defaults
+                        for mount(8) alone: ignored
+  anything else         passed to FUSE (e.g. default_permissions)"""
 
 
 class UserError(Exception):
     """Printed as one line, exit status 1, no traceback."""
 
 
+def _log_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("logging")
+    group.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="say more: -v progress and mounts, -vv every detail",
+    )
+    group.add_argument("-q", "--quiet", action="store_true", help="errors only (no warnings)")
+    group.add_argument(
+        "--log-file",
+        type=Path,
+        metavar="FILE",
+        help="append log lines to FILE (a background mount logs to CACHE_DIR/fmtfs.log by default)",
+    )
+
+
 def _source_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--format", choices=sorted(FORMATS), help="native format (default: detected)")
-    parser.add_argument("--cache-dir", type=Path, default=None, help="index folder (default ~/.cache/fmtfs)")
-    parser.add_argument("--key-file", type=Path, help="AES key of encrypted beats segments")
-    parser.add_argument("--time-bucket", choices=("minute", "hour", "day"), default="hour")
-    parser.add_argument("--descriptor-set", type=Path, help="FileDescriptorSet for proio streams")
     parser.add_argument(
+        "source",
+        type=Path,
+        help="the native files: a folder (or, for wallaby and proio, also a single file)",
+    )
+    group = parser.add_argument_group("source options")
+    group.add_argument(
+        "--format",
+        choices=sorted(FORMATS),
+        help="native format (default: detected from the files' magic bytes)",
+    )
+    group.add_argument(
+        "--cache-dir",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where the index and the Parquet twins are kept (default ~/.cache/fmtfs)",
+    )
+    group.add_argument(
+        "--key-file",
+        type=Path,
+        metavar="FILE",
+        help="AES-128 key of encrypted Beats segments: 16 raw bytes or 32 hex characters "
+        "(or set FMTFS_BEATS_PASSWORD)",
+    )
+    group.add_argument(
+        "--time-bucket",
+        choices=("minute", "hour", "day"),
+        default="hour",
+        help="the UTC period of each file in buckets/ folders (default: hour)",
+    )
+    group.add_argument(
+        "--descriptor-set",
+        type=Path,
+        metavar="FILE",
+        help="a protobuf FileDescriptorSet for proio streams that carry no descriptors",
+    )
+    group.add_argument(
         "--kestrel-journal-size",
         type=int,
         default=16 << 20,
-        help="rotate kestrel writer files past this size",
+        metavar="BYTES",
+        help="start a new kestrel writer file past this size when writing (default 16 MiB)",
+    )
+
+
+def _command(
+    commands: argparse._SubParsersAction, name: str, summary: str, epilog: str | None = None
+) -> argparse.ArgumentParser:
+    return commands.add_parser(
+        name,
+        help=summary,
+        description=summary,
+        epilog=epilog,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fmtfs", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(
+        prog="fmtfs",
+        description=ABOUT,
+        epilog=ENVIRONMENT + "\n\nRun `fmtfs COMMAND --help` for a command's options.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"fmtfs {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    mount = commands.add_parser("mount", help="mount SOURCE at MOUNTPOINT")
-    mount.add_argument("source", type=Path)
-    mount.add_argument("mountpoint", type=Path)
-    mount.add_argument("-f", "--foreground", action="store_true")
-    mount.add_argument("-o", dest="mount_options", action="append", default=[], metavar="OPT[,OPT...]")
-    mount.add_argument("--debug", action="store_true", help="log every request")
+    mount = _command(
+        commands,
+        "mount",
+        "index SOURCE, mount its views at MOUNTPOINT, and return once the mount answers",
+        MOUNT_OPTIONS + "\n\n" + ENVIRONMENT,
+    )
     _source_options(mount)
+    mount.add_argument("mountpoint", type=Path, help="an existing, empty folder")
+    mount.add_argument(
+        "-f",
+        "--foreground",
+        action="store_true",
+        help="serve in the foreground, logging to stderr, until unmounted or interrupted",
+    )
+    mount.add_argument(
+        "-o",
+        dest="mount_options",
+        action="append",
+        default=[],
+        metavar="OPT[,OPT...]",
+        help="mount options (listed below)",
+    )
+    mount.add_argument("--debug", action="store_true", help="log every FUSE request (implies -vv)")
+    _log_options(mount)
 
-    umount = commands.add_parser("umount", help="unmount MOUNTPOINT")
-    umount.add_argument("mountpoint", type=Path)
+    umount = _command(commands, "umount", "unmount MOUNTPOINT (the server then exits)")
+    umount.add_argument("mountpoint", type=Path, help="where fmtfs is mounted")
+    _log_options(umount)
 
-    info = commands.add_parser("info", help="print the _fmtfs.json document")
-    info.add_argument("source", type=Path)
+    index = _command(
+        commands,
+        "index",
+        "build SOURCE's on-disk index ahead of a mount, showing progress on a terminal",
+        ENVIRONMENT,
+    )
+    _source_options(index)
+    _log_options(index)
+
+    info = _command(
+        commands,
+        "info",
+        "summarise SOURCE: format, streams, records, sizes, time range, errors",
+        ENVIRONMENT,
+    )
     _source_options(info)
+    info.add_argument("--json", action="store_true", help="print the _fmtfs.json document instead")
+    _log_options(info)
 
-    ls = commands.add_parser("ls", help="list the view tree without mounting")
-    ls.add_argument("source", type=Path)
-    ls.add_argument("viewpath", nargs="?", default="")
+    ls = _command(commands, "ls", "list SOURCE's views without mounting", ENVIRONMENT)
+    _source_options(ls)
+    ls.add_argument(
+        "viewpath", nargs="?", default="", help="a folder or file of the view tree (default: root)"
+    )
     ls.add_argument("-l", dest="long", action="store_true", help="show sizes")
     ls.add_argument("-R", dest="recursive", action="store_true", help="list sub-folders too")
-    _source_options(ls)
+    _log_options(ls)
 
-    cat = commands.add_parser("cat", help="print a view file without mounting")
-    cat.add_argument("source", type=Path)
-    cat.add_argument("viewpath")
+    cat = _command(commands, "cat", "print a view file of SOURCE without mounting", ENVIRONMENT)
     _source_options(cat)
+    cat.add_argument("viewpath", help="the view's path, as `fmtfs ls -R SOURCE` shows it")
+    _log_options(cat)
     return parser
+
+
+class TerminalFormatter(logging.Formatter):
+    """`fmtfs: warning: segments/1.seg at offset 12: bad CRC`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"fmtfs: {record.levelname.lower()}: {record.getMessage()}"
+
+
+def setup_logging(args: argparse.Namespace) -> None:
+    """Warnings (damaged records, refused writes) and errors by default."""
+    level = logging.WARNING
+    if getattr(args, "debug", False) or args.verbose >= 2:
+        level = logging.DEBUG
+    elif args.verbose == 1:
+        level = logging.INFO
+    elif args.quiet:
+        level = logging.ERROR
+    handler: logging.Handler
+    if args.log_file is not None:
+        handler = logging.FileHandler(args.log_file)
+        handler.setFormatter(logging.Formatter(f"%(asctime)s [{os.getpid()}] %(levelname)s %(message)s"))
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(TerminalFormatter())
+    log.handlers[:] = [handler]
+    log.setLevel(level)
+    log.propagate = False
 
 
 def format_options(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,10 +257,38 @@ def resolve_key(args: argparse.Namespace) -> bytes | None:
     return derive_key(password)
 
 
-def open_tree(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
-    fmt = open_source(args.source, args.format, format_options(args))
-    cache_dir = args.cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fmtfs"
-    return SourceTree(fmt, cache_dir, readonly=readonly)
+def cache_dir(args: argparse.Namespace) -> Path:
+    return args.cache_dir or Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fmtfs"
+
+
+def open_format(args: argparse.Namespace) -> Format:
+    return open_source(args.source, args.format, format_options(args))
+
+
+def open_tree(
+    args: argparse.Namespace, readonly: bool = False, progress: Progress | None = None
+) -> SourceTree:
+    return SourceTree(open_format(args), cache_dir(args), readonly=readonly, progress=progress)
+
+
+def open_tree_showing_progress(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
+    """open_tree with a progress bar while it indexes, when stderr is a terminal."""
+    fmt = open_format(args)
+    if not on_terminal():
+        return SourceTree(fmt, cache_dir(args), readonly=readonly)
+    bar = IndexProgress(native_size(s.path for s in fmt.streams()))
+    try:
+        return SourceTree(fmt, cache_dir(args), readonly=readonly, progress=bar)
+    finally:
+        bar.close()
+
+
+def warn_problems(tree: SourceTree) -> None:
+    """Damaged records, with file and offset, as warnings (all of them are
+    in _errors.jsonl; the log says where each is)."""
+    for line in tree.read(META_ERRORS, 0, tree.size(META_ERRORS)).splitlines():
+        problem = orjson.loads(line)
+        log.warning("%s at offset %s: %s", problem["file"], problem["offset"], problem["error"])
 
 
 def view_path(text: str) -> str:
@@ -102,12 +297,37 @@ def view_path(text: str) -> str:
     return "" if normal == "." else normal
 
 
+def cmd_index(args: argparse.Namespace) -> None:
+    started = time.monotonic()
+    tree = open_tree_showing_progress(args)
+    # (the place for more work ahead of a mount, such as building Parquet twins)
+    seconds = time.monotonic() - started
+    if not on_terminal() and not args.quiet:  # no bar was drawn: one line per file instead
+        for entry in tree.entries:
+            size = summary.human_size(entry.identity.size)
+            print(
+                f"fmtfs: indexed {entry.stream.path}: {entry.record_count:,} records, {size}", file=sys.stderr
+            )
+    warn_problems(tree)
+    records = sum(e.record_count for e in tree.entries)
+    native = sum(e.identity.size for e in tree.entries)
+    print(
+        f"indexed {len(tree.entries):,} streams, {records:,} records, {summary.human_size(native)} "
+        f"in {seconds:.1f} s (index in {cache_dir(args)})"
+    )
+
+
 def cmd_info(args: argparse.Namespace) -> None:
-    sys.stdout.buffer.write(open_tree(args).read(META_INFO, 0, 1 << 30))
+    tree = open_tree(args)
+    if args.json:
+        sys.stdout.buffer.write(tree.read(META_INFO, 0, tree.size(META_INFO)))
+    else:
+        sys.stdout.write(summary.summary(tree))
 
 
 def cmd_cat(args: argparse.Namespace) -> None:
     tree = open_tree(args)
+    warn_problems(tree)
     path = view_path(args.viewpath)
     if tree.is_dir(path):
         raise UserError(f"{args.viewpath}: is a folder")
@@ -125,6 +345,7 @@ def cmd_cat(args: argparse.Namespace) -> None:
 
 def cmd_ls(args: argparse.Namespace) -> None:
     tree = open_tree(args)
+    warn_problems(tree)
     root = view_path(args.viewpath)
     if not tree.exists(root):
         raise UserError(f"{args.viewpath}: no such view")
@@ -164,37 +385,69 @@ def cmd_mount(args: argparse.Namespace) -> None:
     from fmtfs import daemon
 
     mountpoint = args.mountpoint
+    if not mountpoint.exists():
+        raise UserError(f"{mountpoint}: mount point does not exist (create the folder first)")
     if not mountpoint.is_dir():
         raise UserError(f"{mountpoint}: mount point is not a folder")
     if os.path.ismount(mountpoint):
         raise UserError(f"{mountpoint}: mount point busy (already mounted)")
     options = [opt for group in args.mount_options for opt in group.split(",") if opt]
     readonly = "ro" in options
+
+    def prepare() -> SourceTree:
+        tree = open_tree_showing_progress(args, readonly)
+        warn_problems(tree)
+        return tree
+
     if args.foreground:
-        logging.basicConfig(level=logging.DEBUG if args.debug else logging.INFO, format="fmtfs: %(message)s")
-        tree = open_tree(args, readonly)
-        daemon.run_mount(tree, mountpoint, options, ready=None)
+        try:
+            daemon.run_mount(prepare(), mountpoint, options, ready=None)
+        except daemon.MountRefused as exc:
+            raise UserError(str(exc)) from None
         return
-    daemon.mount_in_background(lambda: open_tree(args, readonly), mountpoint, options, args.debug)
+    daemon.mount_in_background(prepare, mountpoint, options, args.log_file or cache_dir(args) / "fmtfs.log")
 
 
-COMMANDS = {"mount": cmd_mount, "umount": cmd_umount, "info": cmd_info, "ls": cmd_ls, "cat": cmd_cat}
+COMMANDS = {
+    "mount": cmd_mount,
+    "umount": cmd_umount,
+    "index": cmd_index,
+    "info": cmd_info,
+    "ls": cmd_ls,
+    "cat": cmd_cat,
+}
+
+
+def command_line(argv: list[str]) -> list[str]:
+    """mount.fuse3 starts `fmtfs SOURCE MOUNTPOINT -o OPTIONS` (no command
+    word); `-o` lists may carry fmtfs's own settings (format=...)."""
+    if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-") and argv[1][:1] != "-":
+        argv = ["mount", *argv]
+    if argv and argv[0] == "mount":
+        argv = ["mount", *expand_options(argv[1:])]
+    return argv
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(command_line(sys.argv[1:] if argv is None else argv))
     try:
+        setup_logging(args)
         COMMANDS[args.command](args)
+        sys.stdout.flush()
     except (UserError, FormatError) as exc:
         print(f"fmtfs: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:
-        print(
-            f"fmtfs: {exc.filename or ''}{': ' if exc.filename else ''}{exc.strerror or exc}", file=sys.stderr
-        )
-        return 1
     except BrokenPipeError:
+        # the reader went away (`fmtfs cat ... | head`): not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"fmtfs: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("fmtfs: interrupted", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -1,5 +1,10 @@
 """Mounting: `fmtfs mount` returns only once the mount is ready, then the
-child keeps serving in the background (the readiness travels on a pipe)."""
+child keeps serving in the background (the readiness travels on a pipe).
+
+The child indexes the source while the terminal is still its stderr (so a
+progress bar and warnings reach the person waiting), then detaches: standard
+streams to /dev/null, the log to a file.  Unmounting by any means (`fmtfs
+umount`, `fusermount3 -u`, `umount`) or SIGTERM/SIGINT ends the server."""
 
 from __future__ import annotations
 
@@ -20,6 +25,10 @@ log = logging.getLogger("fmtfs")
 READY = b"ready\n"
 
 
+class MountRefused(Exception):
+    """FUSE would not mount (a bad -o option, no /dev/fuse): one line for the user."""
+
+
 def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int | None) -> None:
     """Mount and serve until unmounted.  `ready` is a pipe fd told READY once
     the kernel can send requests."""
@@ -32,9 +41,10 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     try:
         pyfuse3.init(ops, str(mountpoint), fuse_options)
     except RuntimeError as exc:  # libfuse says only "fuse_session_new() failed"
-        raise RuntimeError(
+        raise MountRefused(
             f"FUSE refused the mount (check the -o options: {','.join(options) or 'none'}): {exc}"
         ) from None
+    log.info("serving %s at %s (pid %d)", tree.format.source, mountpoint, os.getpid())
     try:
         if ready is not None:
             os.write(ready, READY)
@@ -43,6 +53,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
         trio.run(_serve_until_signal, ops)
     finally:
         pyfuse3.close(unmount=True)
+        log.info("unmounted %s; the server ends", mountpoint)
 
 
 async def _serve_until_signal(ops: FmtfsOperations) -> None:
@@ -60,10 +71,11 @@ async def _serve_until_signal(ops: FmtfsOperations) -> None:
 
 
 def mount_in_background(
-    open_tree: Callable[[], SourceTree], mountpoint: Path, options: list[str], debug: bool
+    open_tree: Callable[[], SourceTree], mountpoint: Path, options: list[str], log_file: Path
 ) -> None:
     """Fork; the child indexes the source and mounts; the parent returns when
-    the child says READY, or raises with the child's one-line error."""
+    the child says READY, or raises with the child's one-line error.  The
+    child logs to `log_file` at the level the command line set."""
     from fmtfs.cli import UserError
 
     read_end, write_end = os.pipe()
@@ -85,7 +97,7 @@ def mount_in_background(
     os.setsid()
     try:
         tree = open_tree()
-        _detach(tree, debug)
+        _detach(log_file)
         run_mount(tree, mountpoint, options, ready=write_end)
     except BaseException as exc:  # noqa: BLE001 - report anything to the waiting parent
         try:
@@ -96,14 +108,12 @@ def mount_in_background(
     os._exit(0)
 
 
-def _detach(tree: SourceTree, debug: bool) -> None:
-    """Standard streams to /dev/null, logging to a file beside the index."""
-    log_file = tree.index_dir / "fmtfs.log"
-    logging.basicConfig(
-        filename=log_file,
-        level=logging.DEBUG if debug else logging.INFO,
-        format=f"%(asctime)s [{os.getpid()}] %(levelname)s %(message)s",
-    )
+def _detach(log_file: Path) -> None:
+    """Standard streams to /dev/null, the log (level unchanged) to `log_file`."""
+    handler = logging.FileHandler(log_file)
+    handler.setFormatter(logging.Formatter(f"%(asctime)s [{os.getpid()}] %(levelname)s %(message)s"))
+    log.handlers[:] = [handler]
+    log.propagate = False
     null = os.open(os.devnull, os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)

@@ -51,8 +51,9 @@ def render_document(document: object) -> bytes:
 
 
 def parse_lines(data: bytes) -> list[Record]:
-    """Complete lines written into a view -> records.  Raises ValueError with
-    the line number for anything that is not one JSON object per line."""
+    """Complete lines written into a view -> records.  Raises ValueError
+    naming the line (1 = the first line of `data`) and what is wrong with it
+    in a user's words, never the parser's."""
     records: list[Record] = []
     for number, line in enumerate(data.split(b"\n"), 1):
         if not line.strip():
@@ -60,8 +61,15 @@ def parse_lines(data: bytes) -> list[Record]:
         try:
             value = orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            raise ValueError(f"line {number}: not JSON ({exc})") from None
+            raise ValueError(
+                f"line {number} is not valid JSON (column {exc.colno}): {_excerpt(line)}"
+            ) from None
         if not isinstance(value, dict):
-            raise ValueError(f"line {number}: expected a JSON object")
+            raise ValueError(f"line {number} is JSON but not an object ({{...}}): {_excerpt(line)}")
         records.append(value)
     return records
+
+
+def _excerpt(line: bytes, limit: int = 60) -> str:
+    text = line.strip().decode("utf-8", "replace")
+    return text if len(text) <= limit else text[:limit] + "..."

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # Installs what fmtfs needs on a Debian machine (as root), only what is
 # missing: Debian packages, then a virtualenv in .venv with fmtfs and its
-# test tools.  Sourced by scripts/test.sh and scripts/demo.sh; idempotent.
+# test tools, and links `fmtfs` and `mount.fmtfs` into the system's paths
+# (mount(8) and mount.fuse3 look only there).  Sourced by scripts/test.sh
+# and scripts/demo.sh; idempotent.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FMTFS_VENV:-$ROOT/.venv}"
 
 # fuse3: fusermount3 and the kernel interface; libfuse3-dev + pkg-config: pyfuse3 builds against them;
-# java: Spark; dbus + gvfs-daemons + libglib2.0-bin (gio): the real gvfs daemon as the gvfs oracle.
-DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs gvfs-daemons libglib2.0-bin)
+# java: Spark; dbus + gvfs-daemons + libglib2.0-bin (gio): the real gvfs daemon as the gvfs oracle;
+# jq: the README's examples use it.
+DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs gvfs-daemons libglib2.0-bin jq)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -38,8 +41,18 @@ want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing fmtfs and its dependencies into $VENV"
     "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
-    "$VENV/bin/pip" install -q --config-settings editable_mode=compat -e "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    # editable: the checkout itself is on sys.path (pyproject's package-dir makes it a plain .pth)
+    "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
     "$VENV/bin/python" -c "import fmtfs, pyfuse3, pyspark" || { echo "setup: install failed" >&2; exit 1; }
     echo "$want" > "$stamp"
 fi
+# `fmtfs` as the README writes it, and the mount helpers: mount.fuse3 starts
+# `fmtfs` through /bin/sh with the system's PATH; mount(8) finds mount.fmtfs in /sbin
+link() {
+    if [ "$(readlink "$2" 2>/dev/null)" != "$1" ]; then
+        ln -sfn "$1" "$2" && echo "setup: linked $2 -> $1"
+    fi
+}
+link "$VENV/bin/fmtfs" /usr/local/bin/fmtfs
+link "$VENV/bin/mount.fmtfs" /sbin/mount.fmtfs
 export PATH="$VENV/bin:$PATH"

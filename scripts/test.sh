@@ -16,5 +16,7 @@ if ! "$ORACLE_VENV/bin/python" -c "import proio" 2>/dev/null; then
         protobuf==3.20.3 lz4==2.2.1 proio==0.12.467 2>&1 | grep -v "^WARNING: Location" || true
 fi
 export PYPROIO_PYTHON="$ORACLE_VENV/bin/python"
-"$VENV/bin/ruff" format --check fmtfs pyspark_fmtfs tests scripts 2>/dev/null | tail -1 || true
+# the code stays formatted and lint-clean: either check failing fails the run
+"$VENV/bin/ruff" format --check --quiet fmtfs pyspark_fmtfs tests scripts
+"$VENV/bin/ruff" check --quiet fmtfs pyspark_fmtfs tests scripts
 exec "$VENV/bin/python" -m pytest -p no:cacheprovider "$@"
