@@ -10,6 +10,7 @@ import struct
 import subprocess
 import sys
 import termios
+import time
 from pathlib import Path
 
 import orjson
@@ -19,7 +20,7 @@ from fmtfs import __version__
 from fmtfs.render import parse_lines
 from fmtfs.samples.beats import generate as beats_sample
 from fmtfs.samples.wallaby import generate as wallaby_sample
-from tests.mounting import fmtfs
+from tests.mounting import fmtfs, unmount
 
 COMMANDS = ("mount", "umount", "index", "info", "ls", "cat")
 
@@ -136,17 +137,8 @@ def test_index_without_a_terminal_says_one_line_per_file(tmp_path: Path) -> None
     assert (tmp_path / "c" / "index.sqlite3").stat().st_size > 0
 
 
-def test_index_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
-    (tmp_path / "wal").mkdir()
-    source = wallaby_sample(tmp_path / "wal", 20_000)
-    controller, terminal = pty.openpty()
-    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a window's size
-    process = subprocess.Popen(
-        [sys.executable, "-m", "fmtfs", "index", str(source), "--cache-dir", str(tmp_path / "c")],
-        stdout=subprocess.PIPE,
-        stderr=terminal,
-    )
-    os.close(terminal)
+def read_terminal(controller: int) -> str:
+    """Everything written to a pseudo-terminal until its last writer closed it."""
     shown = b""
     while True:
         try:
@@ -156,12 +148,67 @@ def test_index_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
         if not data:
             break
         shown += data
-    out, _ = process.communicate(timeout=120)
     os.close(controller)
-    bar = shown.decode(errors="replace")
+    return shown.decode(errors="replace")
+
+
+def a_terminal() -> tuple[int, int]:
+    controller, terminal = pty.openpty()
+    fcntl.ioctl(terminal, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 120, 0, 0))  # a window's size
+    return controller, terminal
+
+
+def test_index_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
+    (tmp_path / "wal").mkdir()
+    source = wallaby_sample(tmp_path / "wal", 20_000)
+    controller, terminal = a_terminal()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "fmtfs", "index", str(source), "--cache-dir", str(tmp_path / "c")],
+        stdout=subprocess.PIPE,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    bar = read_terminal(controller)
+    out, _ = process.communicate(timeout=120)
     assert process.returncode == 0 and "indexing" in bar
     assert "100%" in bar and "20,000 records" in bar and "rec/s" in bar and "B/s" in bar
     assert out.decode().startswith("indexed 1 streams, 20,000 records")
+
+
+def test_mount_in_the_foreground_on_a_terminal_shows_the_progress(tmp_path: Path) -> None:
+    (tmp_path / "wal").mkdir()
+    source = wallaby_sample(tmp_path / "wal", 5_000)
+    mnt = tmp_path / "mnt"
+    mnt.mkdir()
+    controller, terminal = a_terminal()
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "fmtfs",
+            "mount",
+            "-f",
+            str(source),
+            str(mnt),
+            "--cache-dir",
+            str(tmp_path / "c"),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=terminal,
+    )
+    os.close(terminal)
+    try:
+        deadline = time.monotonic() + 120
+        while not os.path.ismount(mnt) and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert os.path.ismount(mnt)
+        assert (mnt / "events.log/records.jsonl").read_bytes().count(b"\n") == 5_000
+    finally:
+        unmount(mnt)
+    assert process.wait(timeout=60) == 0  # unmounting ends the foreground server
+    bar = read_terminal(controller)
+    assert "indexing" in bar and "100%" in bar and "5,000 records" in bar
 
 
 def test_samples_have_a_usage_message(tmp_path: Path) -> None:
