@@ -123,6 +123,8 @@ class FmtfsOperations(pyfuse3.Operations):
     # -- attributes -------------------------------------------------------
 
     async def _refresh(self) -> None:
+        if not self.tree.due():
+            return  # rate-limited: no thread hop for the lookups of a listing
         changed = await trio.to_thread.run_sync(self.tree.refresh)
         if changed:
             self._invalidate_later(changed)

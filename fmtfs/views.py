@@ -358,6 +358,7 @@ class SourceTree:
         self.created: set[str] = set()  # new views opened for writing, not yet in the source
         self.write_errors: list[Problem] = []
         self.snapshot: tuple | None = None
+        self.mtime_ns = 0
         self.entries: list[StreamEntry] = []
         self.index_failures: list[Problem] = []
         self.checked = 0.0
@@ -395,6 +396,8 @@ class SourceTree:
             if snapshot == self.snapshot:
                 return set()
             self.snapshot = snapshot
+            # the newest modification time among the native files (every stat shows it)
+            self.mtime_ns = max((item[2] for item in snapshot), default=0)
             before = {p: f for p, f in self.files.items() if not isinstance(f, ParquetFile)}
             old_sizes = {p: f.size() for p, f in before.items() if isinstance(f, IndexedFile)}
             self._rebuild(digest(snapshot))
@@ -404,10 +407,9 @@ class SourceTree:
             changed |= {p for p in self.files if p not in before}
             return changed
 
-    @property
-    def mtime_ns(self) -> int:
-        """The newest modification time among the native files."""
-        return max((item[2] for item in self.snapshot or ()), default=0)
+    def due(self) -> bool:
+        """Whether a refresh() would look at the source now (else it is a no-op)."""
+        return time.monotonic() - self.checked >= REFRESH_INTERVAL
 
     def _rebuild(self, deps: str) -> None:
         files: dict[str, ViewFile] = {}
@@ -569,12 +571,7 @@ class SourceTree:
             return path in self.created
         answer = self.writable_views.get(path)
         if answer is None:
-            try:
-                self.format.writer(path, create=False)
-                answer = True
-            except (ReadOnlyView, FileNotFoundError, FormatError, BadRecord, OSError):
-                answer = False
-            self.writable_views[path] = answer
+            answer = self.writable_views[path] = self.format.writable(path)
         return answer
 
     def open_writer(self, path: str, create: bool) -> ViewWriter:

@@ -197,6 +197,16 @@ class Format(ABC):
         paths that cannot be created."""
         raise ReadOnlyView(view_path)
 
+    def writable(self, view_path: str) -> bool:
+        """Whether `view_path` takes writes (its mode bits).  Asked for every
+        view a listing shows: a format whose writer() looks at the whole
+        source overrides it with a cheaper answer."""
+        try:
+            self.writer(view_path, create=False)
+        except (ReadOnlyView, FileNotFoundError, FormatError, BadRecord, OSError):
+            return False
+        return True
+
     def parquet_schema(self, view_path: str) -> Any:
         """The pyarrow schema of a record view's Parquet twin, or None to let
         fmtfs.parquet infer one from the records."""

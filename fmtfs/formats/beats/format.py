@@ -53,6 +53,7 @@ class BeatsFormat(Format):
         super().__init__(source, options)
         self.key: bytes | None = options.get("key")
         self._streams: dict[int, SegmentStream] = {}
+        self._newest: int | None = None  # the newest segment id streams() listed
         self._check_keys()
 
     # -- detection -------------------------------------------------------------
@@ -111,6 +112,7 @@ class BeatsFormat(Format):
             if stream is None or stream.path != path:
                 stream = self._streams[seg_id] = SegmentStream(seg_id, path, self.key)
             out.append(stream)
+        self._newest = current[-1][0] if current else None
         return out
 
     def _state(self) -> QueueState | Problem | None:
@@ -182,6 +184,14 @@ class BeatsFormat(Format):
         return out
 
     # -- writing ---------------------------------------------------------------
+
+    def writable(self, view_path: str) -> bool:
+        # only the newest segment takes appends: the others are answered
+        # without listing the folder again (ls -l of N segments stays O(N))
+        match = _VIEW.fullmatch(view_path)
+        if match is None or (self._newest is not None and int(match.group(1)) != self._newest):
+            return False
+        return super().writable(view_path)
 
     def writer(self, view_path: str, create: bool) -> Writer:
         match = _VIEW.fullmatch(view_path)
