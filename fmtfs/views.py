@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from fmtfs import __version__, parquet, permissions
-from fmtfs.formats.base import BadRecord, Format, FormatError, Problem, ReadOnlyView, Record, Writer
+from fmtfs.formats.base import BadRecord, Format, Problem, ReadOnlyView, Record, Writer
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
 
