@@ -1,9 +1,18 @@
 """The thin pyfuse3 adapter over fmtfs.views.SourceTree.
 
 Every handler turns the tree's exceptions into FUSEError: anything else
-raised from a handler would end pyfuse3.main and kill the mount.  Work that
-decodes (reads, refreshes, writes) runs in a worker thread so one slow chunk
-never blocks the trio loop serving other requests."""
+raised from a handler would end pyfuse3.main and kill the mount.
+
+Threading: the trio loop answers every request; work that decodes (reads,
+refreshes, writes) runs in trio's worker threads so one slow chunk never
+blocks the loop serving other requests.  The tree and index hand those
+threads immutable snapshots (fmtfs.index), so reads take no lock.  Read-only
+opens of indexed views keep the kernel's page cache (`keep_cache`): a second
+`cat` never reaches us.  When a view changes (growth noticed by the poller
+or a refresh, a write through the mount), its inode is queued for ONE
+invalidation thread, which tells the kernel to drop the view's cached
+attributes and data; it must be a thread of its own, since the kernel may
+wait on a request of that inode that only the trio loop can answer."""
 
 from __future__ import annotations
 
@@ -11,6 +20,7 @@ import errno
 import functools
 import logging
 import os
+import queue
 import stat
 import threading
 
@@ -119,6 +129,8 @@ class FmtfsOperations(pyfuse3.Operations):
         self.next_handle = 1
         self.permissions = ViewPermissions(tree)
         self.refusals = Refusals(tree)
+        self.invalidations: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
+        threading.Thread(target=_invalidate_forever, args=(self.invalidations,), daemon=True).start()
 
     # -- attributes -------------------------------------------------------
 
@@ -241,9 +253,10 @@ class FmtfsOperations(pyfuse3.Operations):
         if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
             self.positions[info.fh] = self.tree.size(path)
         # writes go straight to us so a refused line fails the writer's write();
-        # reads keep the page cache (mmap works) but drop it on every open.
+        # reads keep the page cache (mmap works), and indexed views keep it
+        # across opens: every change to one is invalidated (_invalidate_later)
         info.direct_io = writer is not None
-        info.keep_cache = False
+        info.keep_cache = writer is None and isinstance(self.tree.file(path), IndexedFile)
         return info
 
     @_errors_to_fuse
@@ -354,11 +367,12 @@ class FmtfsOperations(pyfuse3.Operations):
     # -- growth -----------------------------------------------------------
 
     def _invalidate_later(self, paths: set[str]) -> None:
-        """Tell the kernel a view's size changed.  Done from a thread, never
-        inside the handler serving that inode (the kernel would deadlock)."""
+        """Tell the kernel a view changed (size and bytes).  Done by the
+        invalidation thread, never inside the handler serving that inode
+        (the kernel would deadlock)."""
         inodes = [self.inodes.by_path[p] for p in paths if p in self.inodes.by_path]
         if inodes:
-            threading.Thread(target=_invalidate, args=(inodes,), daemon=True).start()
+            self.invalidations.put(inodes)
 
     async def poll_source(self) -> None:
         """Notice growth by the producing application, for `tail -f` readers."""
@@ -377,12 +391,16 @@ def _refusal_code(exc: ReadOnlyView) -> int:
     return errno.EROFS if exc.read_only_kind else errno.EACCES
 
 
-def _invalidate(inodes: list[int]) -> None:
-    for ino in inodes:
-        try:
-            pyfuse3.invalidate_inode(ino, attr_only=True)
-        except OSError:
-            pass  # ENOENT: the kernel has forgotten the inode already
+def _invalidate_forever(invalidations: queue.SimpleQueue[list[int]]) -> None:
+    while True:
+        inodes = set(invalidations.get())
+        while not invalidations.empty():  # one pass over a burst of changes
+            inodes.update(invalidations.get())
+        for ino in inodes:
+            try:
+                pyfuse3.invalidate_inode(ino, attr_only=False)
+            except OSError:
+                pass  # ENOENT: the kernel has forgotten the inode already
 
 
 async def serve(ops: FmtfsOperations) -> None:

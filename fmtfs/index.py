@@ -4,7 +4,18 @@ For every stream it keeps the chunk table (native start/end and decoder
 state) and, per view fed by the stream, the rendered length of each chunk's
 piece.  With it a view's exact size is a sum, a read at any offset is a
 bisect plus one chunk decode, a second mount of an unchanged source decodes
-nothing, and a grown file is scanned from its last chunk on."""
+nothing, and a grown file is scanned from its last chunk on.
+
+Threading: a StreamEntry is a snapshot, never changed once published.
+`update()` (one refresh at a time, under `Index.lock`, which also owns the
+SQLite connection) builds a new entry when a file grows and swaps it into
+`entries` whole, so readers in any thread use the entry they hold without
+a lock.  Rendered pieces are keyed by the chunk's file, start and end, so a
+piece rendered from an older snapshot is still right for a newer one.  The
+rendered-piece LRU owns its lock; a chunk missed by several concurrent
+readers (the kernel's readahead sends several requests for one region at
+once) is decoded once: the first reader decodes, the others wait for it
+(single flight)."""
 
 from __future__ import annotations
 
@@ -14,7 +25,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
@@ -101,11 +112,10 @@ class ViewPieces:
             self.seqs.append(seq)
             self.ends.append(self.size + length)
 
-    def truncate_from(self, seq: int) -> None:
-        """Forget the pieces of chunks >= seq."""
+    def before(self, seq: int) -> ViewPieces:
+        """A copy holding only the pieces of chunks < seq."""
         cut = bisect.bisect_left(self.seqs, seq)
-        del self.seqs[cut:]
-        del self.ends[cut:]
+        return ViewPieces(self.seqs[:cut], self.ends[:cut])
 
 
 @dataclass
@@ -194,6 +204,9 @@ class Index:
         self.entries: dict[str, StreamEntry] = {}
         self.rendered = RenderedChunks()
         self.decoded = DecodedChunks()
+        # chunks being decoded now -> set when their pieces are in `rendered`
+        self._flights: dict[tuple, threading.Event] = {}
+        self._flights_lock = threading.Lock()
 
     def _migrate(self) -> None:
         """Tables of an older shape are dropped: the index is a cache."""
@@ -219,7 +232,8 @@ class Index:
                     self.entries[stream.name] = entry
                     return entry, True
             elif entry.identity == identity:
-                entry.stream = stream
+                if entry.stream is not stream:
+                    entry = self.entries[stream.name] = replace(entry, stream=stream)
                 return entry, False
             grown = (
                 entry is not None
@@ -228,8 +242,7 @@ class Index:
             )
             try:
                 if grown:
-                    entry.stream = stream
-                    self._resume(entry, identity, progress)
+                    entry = self._resume(replace(entry, stream=stream), identity, progress)
                 else:
                     entry = self._rescan(stream, identity, progress)
             except BaseException:
@@ -300,17 +313,18 @@ class Index:
         self._scan_into(entry, None, None, identity, progress)
         return entry
 
-    def _resume(self, entry: StreamEntry, identity: FileIdentity, progress: Progress | None) -> None:
-        """Re-scan from the start of the last chunk, so a slowly growing file
-        keeps full-sized chunks and a torn tail that completed is re-read."""
+    def _resume(self, old: StreamEntry, identity: FileIdentity, progress: Progress | None) -> StreamEntry:
+        """A new entry, re-scanned from the start of the last chunk, so a
+        slowly growing file keeps full-sized chunks and a torn tail that
+        completed is re-read.  `old` is left as it was: readers may hold it."""
         start: int | None = None
         state: State | None = None
+        entry = replace(old, chunks=list(old.chunks), views=dict(old.views), problems=list(old.problems))
         if entry.chunks:
             last = entry.chunks.pop()
             start, state = last.start, last.state
             seq = len(entry.chunks)
-            for pieces in entry.views.values():
-                pieces.truncate_from(seq)
+            entry.views = {view: pieces.before(seq) for view, pieces in entry.views.items()}
             self.db.execute("DELETE FROM chunks WHERE stream=? AND seq>=?", (entry.row_id, seq))
             self.db.execute("DELETE FROM pieces WHERE stream=? AND seq>=?", (entry.row_id, seq))
         # problems are re-reported by the scan; those before `start` stay
@@ -318,6 +332,7 @@ class Index:
         entry.problems = [p for p in entry.problems if p.offset < keep_before]
         self.db.execute("DELETE FROM problems WHERE stream=? AND offset>=?", (entry.row_id, keep_before))
         self._scan_into(entry, start, state, identity, progress)
+        return entry
 
     def _scan_into(
         self,
@@ -389,15 +404,37 @@ class Index:
         return b"".join(out)
 
     def piece(self, entry: StreamEntry, view: str, seq: int) -> bytes:
-        key = (entry.stream.name, seq, view)
-        data = self.rendered.get(key)
+        meta = entry.chunks[seq]
+        # what a chunk renders to depends on its file and bounds only
+        chunk_key = (entry.stream.name, entry.identity.inode, meta.start, meta.end)
+        data = self.rendered.get((*chunk_key, view))
         if data is not None:
             return data
-        meta = entry.chunks[seq]
+        with self._flights_lock:
+            flight = self._flights.get(chunk_key)
+            leading = flight is None
+            if leading:
+                flight = self._flights[chunk_key] = threading.Event()
+        if not leading:
+            flight.wait()
+            data = self.rendered.get((*chunk_key, view))
+            if data is not None:
+                return data
+            # evicted already, or the leader failed: decode it here
+            return self._render(entry, meta, chunk_key, view)
+        try:
+            return self._render(entry, meta, chunk_key, view)
+        finally:
+            with self._flights_lock:
+                del self._flights[chunk_key]
+            flight.set()
+
+    def _render(self, entry: StreamEntry, meta: ChunkMeta, chunk_key: tuple, view: str) -> bytes:
         records = entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {}))
+        data = None
         # keep every view of the decoded chunk: buckets are read right after records
         for other, rendered in render_views(records).items():
-            self.rendered.put((entry.stream.name, seq, other), rendered)
+            self.rendered.put((*chunk_key, other), rendered)
             if other == view:
                 data = rendered
         return data if data is not None else b""

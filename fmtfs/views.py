@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 
 from fmtfs import __version__, parquet, permissions
-from fmtfs.formats.base import BadRecord, Format, Problem, ReadOnlyView, Record, Writer
+from fmtfs.formats.base import BadRecord, FileIdentity, Format, Problem, ReadOnlyView, Record, Writer
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
 
@@ -57,8 +57,8 @@ class IndexedFile(ViewFile):
         return pieces.size if pieces else 0
 
     def read(self, offset: int, size: int) -> bytes:
-        with self.index.lock:
-            return self.index.read(self.entry, self.view, offset, size)
+        # no lock: the entry is an immutable snapshot (see fmtfs.index)
+        return self.index.read(self.entry, self.view, offset, size)
 
     def records(self):
         return self.index.records(self.entry, self.view)
@@ -75,19 +75,23 @@ class IndexedFile(ViewFile):
         # chunk counts are the stream's primary view's: exact for a one-view
         # stream, otherwise count lines chunk by chunk
         counted = len(self.entry.views) == 1
-        with self.index.lock:
-            before = 0
-            for i, seq in enumerate(pieces.seqs):
-                data = None if counted else self.index.piece(self.entry, self.view, seq)
-                count = self.entry.chunks[seq].count if counted else data.count(b"\n")
-                if record < before + count:
-                    data = data if data is not None else self.index.piece(self.entry, self.view, seq)
-                    position = 0
-                    for _ in range(record - before):
-                        position = data.index(b"\n", position) + 1
-                    return (pieces.ends[i - 1] if i else 0) + position
-                before += count
+        before = 0
+        for i, seq in enumerate(pieces.seqs):
+            data = None if counted else self.index.piece(self.entry, self.view, seq)
+            count = self.entry.chunks[seq].count if counted else data.count(b"\n")
+            if record < before + count:
+                data = data if data is not None else self.index.piece(self.entry, self.view, seq)
+                position = 0
+                for _ in range(record - before):
+                    position = data.index(b"\n", position) + 1
+                return (pieces.ends[i - 1] if i else 0) + position
+            before += count
         return pieces.size
+
+
+def _identity_of(view: ViewFile) -> FileIdentity | None:
+    """The native file's identity behind an indexed view."""
+    return view.entry.identity if isinstance(view, IndexedFile) else None
 
 
 class SlicedFile(ViewFile):
@@ -399,11 +403,18 @@ class SourceTree:
             # the newest modification time among the native files (every stat shows it)
             self.mtime_ns = max((item[2] for item in snapshot), default=0)
             before = {p: f for p, f in self.files.items() if not isinstance(f, ParquetFile)}
-            old_sizes = {p: f.size() for p, f in before.items() if isinstance(f, IndexedFile)}
             self._rebuild(digest(snapshot))
             self.generation += 1
             changed = {p for p in before if p not in self.files or not isinstance(before[p], IndexedFile)}
-            changed |= {p for p, s in old_sizes.items() if p in self.files and self.files[p].size() != s}
+            # an indexed view changed when its stream's file did (kept pages
+            # of it must go: FUSE opens keep the page cache)
+            changed |= {
+                p
+                for p, f in before.items()
+                if isinstance(f, IndexedFile)
+                and p in self.files
+                and _identity_of(self.files[p]) != f.entry.identity
+            }
             changed |= {p for p in self.files if p not in before}
             return changed
 

@@ -1,0 +1,87 @@
+"""The read path: kept page cache that still sees growth, immutable index
+snapshots, one decode per chunk for concurrent readers, listings."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from fmtfs.formats import open_source
+from fmtfs.formats.wallaby import WallabyWriter
+from fmtfs.samples.wallaby import START_NS, generate
+from fmtfs.views import IndexedFile, SourceTree
+from tests.mounting import fmtfs, mounted
+
+RECORDS = "events.log/records.jsonl"
+
+
+@pytest.fixture()
+def source(tmp_path: Path) -> Path:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    return generate(folder, 3_000)
+
+
+def test_a_reread_after_growth_shows_the_new_bytes_not_the_kept_pages(source: Path, tmp_path: Path) -> None:
+    with mounted(source) as mnt:
+        view = mnt / RECORDS
+        first = view.read_bytes()
+        assert view.read_bytes() == first  # served again (from the kept page cache)
+        WallabyWriter(source / "events.log").write([{"time": START_NS, "data": "grown"}])
+        deadline = time.monotonic() + 5
+        while view.stat().st_size == len(first) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        again = view.read_bytes()
+        expected = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+        assert again == expected
+        assert again.startswith(first) and b'"grown"' in again[len(first) :]
+
+
+def test_an_entry_readers_hold_is_never_changed_by_a_refresh(source: Path, tmp_path: Path) -> None:
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    view = tree.file(RECORDS)
+    assert isinstance(view, IndexedFile)
+    held = view.entry
+    chunks, size = list(held.chunks), view.size()
+    before = view.read(0, size)
+    WallabyWriter(source / "events.log").write([{"time": START_NS, "data": "grown"}])
+    assert RECORDS in tree.refresh(force=True)
+    assert held.chunks == chunks and view.size() == size  # the old snapshot is untouched
+    assert view.read(0, size + 100) == before
+    grown = tree.file(RECORDS)
+    assert grown.size() > size and grown.read(0, grown.size()).startswith(before)
+
+
+def test_concurrent_readers_of_one_chunk_decode_it_once(source: Path, tmp_path: Path) -> None:
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    view = tree.file(RECORDS)
+    stream = view.entry.stream
+    decodes: list[int] = []
+    real_decode = stream.decode
+    gate = threading.Barrier(8)
+
+    def counting_decode(chunk):
+        decodes.append(chunk.start)
+        time.sleep(0.2)  # long enough for every reader to ask for the chunk meanwhile
+        return real_decode(chunk)
+
+    stream.decode = counting_decode
+    results: list[bytes] = []
+
+    def read(offset: int) -> None:
+        gate.wait()
+        results.append(view.read(offset, 4096))
+
+    threads = [threading.Thread(target=read, args=(i * 4096,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    whole = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+    assert sorted(results) == sorted(whole[i * 4096 : (i + 1) * 4096] for i in range(8))
+    first_chunk = view.entry.chunks[0]
+    assert view.entry.views[RECORDS].ends[0] >= 8 * 4096  # all eight reads hit chunk 0
+    assert decodes == [first_chunk.start]
