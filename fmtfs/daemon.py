@@ -45,6 +45,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
             f"FUSE refused the mount (check the -o options: {','.join(options) or 'none'}): {exc}"
         ) from None
     log.info("serving %s at %s (pid %d)", tree.format.source, mountpoint, os.getpid())
+    tree.decode_in_workers()  # started on the first chunk a reader misses
     try:
         if ready is not None:
             os.write(ready, READY)
@@ -54,6 +55,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s; the server ends", mountpoint)
+        tree.close()
 
 
 async def _serve_until_signal(ops: FmtfsOperations) -> None:

@@ -15,23 +15,31 @@ piece rendered from an older snapshot is still right for a newer one.  The
 rendered-piece LRU owns its lock; a chunk missed by several concurrent
 readers (the kernel's readahead sends several requests for one region at
 once) is decoded once: the first reader decodes, the others wait for it
-(single flight)."""
+(single flight).  With a DecodePool (the mount sets `Index.pool`), a missed
+chunk and the few after it are decoded by worker processes at once, so a
+sequential reader finds the next chunks rendered and every core decodes;
+what the workers return lands in the same LRU, bounded in bytes."""
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import logging
 import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import orjson
 
+from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.render import render_views
+
+log = logging.getLogger("fmtfs")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
@@ -207,6 +215,8 @@ class Index:
         # chunks being decoded now -> set when their pieces are in `rendered`
         self._flights: dict[tuple, threading.Event] = {}
         self._flights_lock = threading.Lock()
+        self.pool: DecodePool | None = None  # set by the mount: decode in worker processes
+        self._pending: dict[tuple, Future] = {}  # chunks the pool is decoding (under _flights_lock)
 
     def _migrate(self) -> None:
         """Tables of an older shape are dropped: the index is a cache."""
@@ -410,6 +420,14 @@ class Index:
         data = self.rendered.get((*chunk_key, view))
         if data is not None:
             return data
+        if self.pool is not None:
+            future = self._decode_ahead(entry, seq, view)
+            try:
+                return future.result().get(view, b"")
+            except Exception:  # noqa: BLE001 - a worker that died: decode here, reporting as ever
+                log.warning(
+                    "a decode worker failed on %s chunk %d; decoding in process", entry.stream.name, seq
+                )
         with self._flights_lock:
             flight = self._flights.get(chunk_key)
             leading = flight is None
@@ -428,6 +446,35 @@ class Index:
             with self._flights_lock:
                 del self._flights[chunk_key]
             flight.set()
+
+    def _decode_ahead(self, entry: StreamEntry, seq: int, view: str) -> Future:
+        """Send chunk `seq` and the next few of its stream to the pool (those
+        neither rendered nor on their way); returns the future of `seq`."""
+        assert self.pool is not None
+        ahead = 2 * self.pool.workers
+        name, inode = entry.stream.name, entry.identity.inode
+        with self._flights_lock:
+            wanted = None
+            for s in range(seq, min(seq + ahead, len(entry.chunks))):
+                meta = entry.chunks[s]
+                key = (name, inode, meta.start, meta.end)
+                future = self._pending.get(key)
+                if future is None and (s == seq or self.rendered.get((*key, view)) is None):
+                    if s > seq and len(self._pending) >= 2 * ahead:
+                        break  # enough decoded ahead already: memory stays bounded
+                    future = self._pending[key] = self.pool.submit(name, meta.start, meta.end, meta.state)
+                    future.add_done_callback(lambda f, key=key: self._landed(key, f))
+                if s == seq:
+                    wanted = future
+            assert wanted is not None
+            return wanted
+
+    def _landed(self, key: tuple, future: Future) -> None:
+        if not future.cancelled() and future.exception() is None:
+            for view, data in future.result().items():
+                self.rendered.put((*key, view), data)
+        with self._flights_lock:
+            self._pending.pop(key, None)
 
     def _render(self, entry: StreamEntry, meta: ChunkMeta, chunk_key: tuple, view: str) -> bytes:
         records = entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {}))

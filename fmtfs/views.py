@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from fmtfs import __version__, parquet, permissions
+from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import BadRecord, FileIdentity, Format, Problem, ReadOnlyView, Record, Writer
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
@@ -368,6 +369,14 @@ class SourceTree:
         self.checked = 0.0
         self.generation = 0  # bumps whenever the tree is rebuilt
         self.refresh(force=True)
+
+    def decode_in_workers(self) -> None:
+        """Decode chunks in worker processes from now on (the mount does)."""
+        self.index.pool = DecodePool(self.format)
+
+    def close(self) -> None:
+        if self.index.pool is not None:
+            self.index.pool.close()
 
     # -- change detection -------------------------------------------------
 
