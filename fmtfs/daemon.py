@@ -19,6 +19,7 @@ import pyfuse3
 import trio
 
 from fmtfs.fuse import FmtfsOperations, serve
+from fmtfs.twins import start_builder
 from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")
@@ -47,6 +48,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     log.info("serving %s at %s (pid %d)", tree.format.source, mountpoint, os.getpid())
     tree.decode_in_workers()  # started on the first chunk a reader misses
     try:
+        start_builder(tree)  # Parquet twins not on disk yet, in the background
         if ready is not None:
             os.write(ready, READY)
             os.close(ready)

@@ -31,6 +31,7 @@ from fmtfs import permissions
 from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
 from fmtfs.permissions import Access, ViewPermissions
 from fmtfs.refusals import Refusals
+from fmtfs.twins import ParquetFile, TwinHandle
 from fmtfs.views import META_ERRORS, META_INFO, IndexedFile, SourceTree, ViewWriter
 
 log = logging.getLogger("fmtfs")
@@ -131,6 +132,8 @@ class FmtfsOperations(pyfuse3.Operations):
         self.refusals = Refusals(tree)
         self.invalidations: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
         threading.Thread(target=_invalidate_forever, args=(self.invalidations,), daemon=True).start()
+        # an open Parquet twin reads the file it was opened on to the end
+        self.twin_handles: dict[int, TwinHandle] = {}
 
     # -- attributes -------------------------------------------------------
 
@@ -250,6 +253,9 @@ class FmtfsOperations(pyfuse3.Operations):
                     errno.EPERM, path, 0, "`>` refused: views only grow, append with `>>`"
                 )
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
+        view = self.tree.file(path)
+        if isinstance(view, ParquetFile):
+            self.twin_handles[info.fh] = await trio.to_thread.run_sync(view.open)
         if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
             self.positions[info.fh] = self.tree.size(path)
         # writes go straight to us so a refused line fails the writer's write();
@@ -278,6 +284,9 @@ class FmtfsOperations(pyfuse3.Operations):
     @_errors_to_fuse
     async def read(self, fh, off, size):
         path = self.handles[fh][0]
+        twin = self.twin_handles.get(fh)
+        if twin is not None:
+            return twin.read(off, size)
         return await trio.to_thread.run_sync(self.tree.read, path, off, size)
 
     @_errors_to_fuse
@@ -316,6 +325,9 @@ class FmtfsOperations(pyfuse3.Operations):
     async def release(self, fh):
         path, writer = self.handles.pop(fh, (None, None))
         self.positions.pop(fh, None)
+        twin = self.twin_handles.pop(fh, None)
+        if twin is not None:
+            twin.close()
         if writer is not None:
             try:
                 self._invalidate_later(await trio.to_thread.run_sync(writer.release) | {META_ERRORS})

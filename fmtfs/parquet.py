@@ -39,9 +39,19 @@ objects become maps where a map is declared, missing columns are null and
 undeclared ones are left out.
 
 Limits: a view whose records are all empty objects has no column, and
-Parquet cannot hold rows without columns (its twin has no rows); the
-whole view is held as Arrow arrays while its twin is built (about the size
-of its JSON).
+Parquet cannot hold rows without columns (its twin has no rows).
+
+Bounded memory.  The schema must fit every record, but a view may be
+larger than memory, so a twin is written in two passes over its batches
+(write_twin).  The first converts each batch (one chunk of the index) to
+Arrow, folds its type and the facts the typing rules need (Shape: the
+unified type; per string field, the lengths seen and whether every value is
+an RFC 3339 time) into O(schema) state, and spills the Arrow batch to a
+scratch file beside the target (IPC, no native decoding twice).  The second
+reads the spill back batch by batch, types it by the plan and hands row
+groups to a pyarrow ParquetWriter.  Peak memory is a few chunks plus one
+row group, whatever the size of the view.  The plan does not depend on how
+the records are cut into batches.
 
 The file is built once per state of the view (the caller names it by the
 view's identity), written to a temporary file and renamed, so a reader
@@ -51,12 +61,10 @@ so that Spark splits one file into several tasks."""
 from __future__ import annotations
 
 import base64
-import itertools
 import math
 import os
-import threading
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -216,6 +224,10 @@ def _null_mask(arr: pa.Array) -> pa.Array | None:
 
 # -- typing plan: JSON shape -> typed columns --------------------------------
 
+# A field's place in the JSON shape: struct keys, LIST_ITEM for list items.
+FieldPath = tuple[str | None, ...]
+LIST_ITEM = None
+
 
 @dataclass
 class Plan:
@@ -230,26 +242,93 @@ class Plan:
     name: str = ""  # output name
 
 
+@dataclass
+class TextFacts:
+    """What the time rule needs to know of one string field's values."""
+
+    values: int = 0  # non-null strings seen
+    shortest: int = 1 << 30
+    longest: int = 0
+    all_times: bool = True  # every one matches TIME_PATTERN
+    other_kinds: bool = False  # a non-null value of another kind (it becomes JSON text)
+
+    def unit(self) -> str:
+        if self.other_kinds or not self.values or self.shortest != self.longest or not self.all_times:
+            return ""
+        return TIME_UNITS.get(self.shortest, "")
+
+
+class Shape:
+    """The JSON shape of a view, learnt batch by batch in O(schema) memory:
+    the unified Arrow type of its records and, per field, the facts the
+    typing rules depend on.  Feeding the same records cut into batches
+    differently gives the same plan."""
+
+    def __init__(self) -> None:
+        self.type: pa.DataType = pa.struct([])
+        self.facts: dict[FieldPath, TextFacts] = {}
+        self.rows = 0
+        self.nbytes = 0  # of the JSON-shaped Arrow batches (sizes row groups)
+
+    def add(self, arr: pa.Array) -> None:
+        self.type = unify(self.type, arr.type)
+        self.rows += len(arr)
+        self.nbytes += arr.nbytes
+        self._observe(arr, ())
+
+    def _observe(self, arr: pa.Array, path: FieldPath) -> None:
+        t = arr.type
+        if pa.types.is_null(t) or arr.null_count == len(arr):
+            return
+        facts = self.facts.setdefault(path, TextFacts())
+        if not pa.types.is_string(t):
+            facts.other_kinds = True
+            if pa.types.is_struct(t):
+                for i in range(t.num_fields):
+                    self._observe(arr.field(i), (*path, t.field(i).name))
+            elif pa.types.is_list(t):
+                self._observe(arr.flatten(), (*path, LIST_ITEM))
+            return
+        facts.values += len(arr) - arr.null_count
+        lengths = pc.min_max(pc.utf8_length(arr)).as_py()
+        facts.shortest = min(facts.shortest, lengths["min"])
+        facts.longest = max(facts.longest, lengths["max"])
+        if facts.all_times and facts.shortest == facts.longest and facts.shortest in TIME_UNITS:
+            facts.all_times = bool(pc.all(pc.match_substring_regex(arr, TIME_PATTERN)).as_py())
+        else:
+            facts.all_times = False
+
+    def time_unit(self, path: FieldPath) -> str:
+        facts = self.facts.get(path)
+        return facts.unit() if facts is not None else ""
+
+    def plan(self, bytes_keys: frozenset[str]) -> Plan:
+        """The typed shape of the records (see the module docstring)."""
+        return _plan(self.type, (), self, bytes_keys, "")
+
+
 def make_plan(arrays: Sequence[pa.Array], bytes_keys: frozenset[str]) -> Plan:
     """Decide the typed shape of a struct type from all its values."""
-    type_ = arrays[0].type
-    return _plan(type_, arrays, bytes_keys, "")
+    shape = Shape()
+    for arr in arrays:
+        shape.add(arr)
+    return shape.plan(bytes_keys)
 
 
-def _plan(type_: pa.DataType, arrays: Sequence[pa.Array], bytes_keys: frozenset[str], name: str) -> Plan:
+def _plan(type_: pa.DataType, path: FieldPath, shape: Shape, bytes_keys: frozenset[str], name: str) -> Plan:
     if pa.types.is_null(type_):
         return Plan("null", pa.string(), name=name)
     if pa.types.is_struct(type_):
-        return _plan_struct(type_, arrays, bytes_keys, name)
+        return _plan_struct(type_, path, shape, bytes_keys, name)
     if pa.types.is_list(type_):
-        item = _plan(type_.value_type, [a.flatten() for a in arrays], bytes_keys, name)
+        item = _plan(type_.value_type, (*path, LIST_ITEM), shape, bytes_keys, name)
         if item.kind == "drop":
             return Plan("drop", name=name)
         if item.kind == "time" and item.unit == "ns":  # no `_ns` twin inside lists: keep the text
             item = Plan("keep", type_.value_type, name=name)
         return Plan("list", pa.list_(item.out), item=item, name=name)
     if pa.types.is_string(type_):
-        unit = _time_unit(arrays)
+        unit = shape.time_unit(path)
         if unit:
             out_unit = "us" if unit == "ns" else unit
             return Plan("time", pa.timestamp(out_unit, tz="UTC"), unit=unit, name=name)
@@ -257,7 +336,7 @@ def _plan(type_: pa.DataType, arrays: Sequence[pa.Array], bytes_keys: frozenset[
 
 
 def _plan_struct(
-    type_: pa.StructType, arrays: Sequence[pa.Array], bytes_keys: frozenset[str], name: str
+    type_: pa.StructType, path: FieldPath, shape: Shape, bytes_keys: frozenset[str], name: str
 ) -> Plan:
     names = [type_.field(i).name for i in range(type_.num_fields)]
     kinds = {n: type_.field(n).type for n in names}
@@ -266,7 +345,6 @@ def _plan_struct(
     for key in names:
         if key in merged:
             continue
-        child = [a.field(key) for a in arrays]
         ktype = kinds[key]
         if key.endswith(SUFFIX) and _is_text(ktype):
             base = key[: -len(SUFFIX)]
@@ -287,7 +365,7 @@ def _plan_struct(
             if merge:
                 merged.add(merge)
             continue
-        plan = _plan(ktype, child, bytes_keys, key)
+        plan = _plan(ktype, (*path, key), shape, bytes_keys, key)
         if plan.kind != "drop":
             children[key] = plan
     if not children:
@@ -310,19 +388,6 @@ def _is_text_or_null(t: pa.DataType) -> bool:
 
 def _bytes_type(t: pa.DataType) -> pa.DataType:
     return pa.list_(pa.binary()) if pa.types.is_list(t) else pa.binary()
-
-
-def _time_unit(arrays: Sequence[pa.Array]) -> str:
-    """The unit when every value is an RFC 3339 UTC time of one precision."""
-    column = pa.chunked_array(arrays, type=pa.string())
-    if column.null_count == len(column):
-        return ""
-    lengths = pc.min_max(pc.utf8_length(column)).as_py()
-    if lengths["min"] != lengths["max"] or lengths["min"] not in TIME_UNITS:
-        return ""
-    if not pc.all(pc.match_substring_regex(column, TIME_PATTERN)).as_py():
-        return ""
-    return TIME_UNITS[lengths["min"]]
 
 
 def apply_plan(plan: Plan, arr: pa.StructArray) -> pa.StructArray:
@@ -401,7 +466,7 @@ def _b64_decode(arr: pa.Array, type_: pa.DataType) -> pa.Array:
     return pa.array([None if v is None else decode(v) for v in arr.to_pylist()], type=type_)
 
 
-# -- building a table --------------------------------------------------------
+# -- writing a twin ------------------------------------------------------------
 
 
 def records_table(
@@ -409,59 +474,130 @@ def records_table(
     schema: pa.Schema | None = None,
     bytes_keys: Iterable[str] = DEFAULT_BYTES_KEYS,
 ) -> pa.Table:
-    """Every batch of records as one typed table (see the module docstring)."""
-    arrays: list[pa.StructArray] = []
-    type_: pa.DataType = pa.struct([])
-    for batch in batches:
-        if not batch:
-            continue
-        arr = records_to_array(batch)
-        arrays.append(arr)
-        type_ = unify(type_, arr.type)
-    if not arrays:
-        return (schema or pa.schema([])).empty_table()
-    arrays = [conform(a, type_) for a in arrays]
-    plan = make_plan(arrays, frozenset(bytes_keys))
-    if plan.kind == "drop":  # only empty objects: rows without columns
-        typed = [
-            pa.RecordBatch.from_struct_array(pa.array([{}] * len(a), type=pa.struct([]))) for a in arrays
-        ]
-        return pa.Table.from_batches(typed)
-    out = [pa.RecordBatch.from_struct_array(apply_plan(plan, a)) for a in arrays]
-    table = pa.Table.from_batches(out)
-    if schema is not None:
-        table = conform_table(table, schema)
-    return table
+    """Every batch of records as one typed table, in memory (for small
+    inputs and tests; twins are written by write_twin)."""
+    arrays = [records_to_array(batch) for batch in batches if batch]
+    shape = Shape()
+    for arr in arrays:
+        shape.add(arr)
+    typer = Typer(shape, schema, frozenset(bytes_keys))
+    if typer.no_rows:
+        return typer.schema.empty_table()
+    return pa.Table.from_batches([typer.batch(a) for a in arrays], schema=typer.schema)
 
 
-def conform_table(table: pa.Table, schema: pa.Schema) -> pa.Table:
-    """Cast a table to a declared schema (columns by name, missing ones null)."""
-    struct_type = pa.struct(list(schema))
-    batches = [
-        pa.RecordBatch.from_struct_array(conform(b.to_struct_array(), struct_type))
-        for b in table.to_batches()
-    ]
-    return pa.Table.from_batches(batches, schema=schema)
+class Typer:
+    """JSON-shaped Arrow batches -> typed record batches of one schema."""
+
+    def __init__(self, shape: Shape, declared: pa.Schema | None, bytes_keys: frozenset[str]) -> None:
+        self.shape = shape
+        self.declared = declared
+        self.plan = shape.plan(bytes_keys) if shape.rows else None
+        if declared is not None:
+            self.schema = declared
+        elif self.plan is None or self.plan.kind == "drop":
+            self.schema = pa.schema([])  # rows without columns cannot be stored (documented)
+        else:
+            self.schema = pa.schema(list(self.plan.out))
+        # no records, or records without any column: Parquet cannot hold them
+        self.no_rows = self.plan is None or self.plan.kind == "drop" or not self.schema.names
+
+    def batch(self, arr: pa.StructArray) -> pa.RecordBatch:
+        """One spilled batch, typed (only while the schema has columns)."""
+        typed = apply_plan(self.plan, conform(arr, self.shape.type))
+        if self.declared is not None:
+            typed = conform(typed, pa.struct(list(self.declared)))
+        return pa.RecordBatch.from_struct_array(typed)
 
 
-def row_group_rows(table: pa.Table) -> int:
-    rows = table.num_rows
+def group_rows(rows: int, nbytes: int) -> int:
+    """Rows per row group: about ROW_GROUP_BYTES each, at least MIN rows, and
+    at least TARGET_GROUPS groups for a view that is not tiny."""
     if rows == 0:
         return ROW_GROUP_MIN_ROWS
-    per_row = max(1, table.nbytes // rows)
-    by_bytes = max(1, ROW_GROUP_BYTES // per_row)
+    by_bytes = max(1, ROW_GROUP_BYTES // max(1, nbytes // rows))
     return max(ROW_GROUP_MIN_ROWS, min(by_bytes, math.ceil(rows / TARGET_GROUPS)))
 
 
-def write_table(table: pa.Table, target: Path) -> None:
-    """Write `table` to `target` atomically (temporary file + rename)."""
-    tmp = target.with_name(f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
+class Spill:
+    """A scratch file of Arrow batches of varying types (IPC messages, each
+    with its schema), written once and read back in order."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file = open(path, "w+b")  # noqa: SIM115 - closed by close()
+        self.count = 0
+
+    def put(self, arr: pa.StructArray) -> None:
+        batch = pa.RecordBatch.from_struct_array(arr)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        data = sink.getvalue()
+        self.file.write(len(data).to_bytes(8, "little"))
+        self.file.write(data)
+        self.count += 1
+
+    def __iter__(self) -> Iterator[pa.StructArray]:
+        self.file.seek(0)
+        for _ in range(self.count):
+            size = int.from_bytes(self.file.read(8), "little")
+            reader = pa.ipc.open_stream(self.file.read(size))
+            yield reader.read_next_batch().to_struct_array()
+
+    def close(self) -> None:
+        self.file.close()
+        self.path.unlink(missing_ok=True)
+
+
+def write_twin(
+    batches: Iterable[list[Record]],
+    schema: pa.Schema | None,
+    target: Path,
+    bytes_keys: Iterable[str] = DEFAULT_BYTES_KEYS,
+) -> int:
+    """Records -> the Parquet twin at `target` (atomic), row group by row
+    group in bounded memory (see the module docstring).  Returns the rows."""
+    scratch = f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
+    tmp = target.with_name(scratch + ".tmp")
+    spill = Spill(target.with_name(scratch + ".spill"))
     try:
-        pq.write_table(table, tmp, row_group_size=row_group_rows(table), compression="snappy")
+        shape = Shape()
+        for batch in batches:
+            if batch:
+                arr = records_to_array(batch)
+                shape.add(arr)
+                spill.put(arr)
+        typer = Typer(shape, schema, frozenset(bytes_keys))
+        rows = _write_groups(typer, spill, tmp, group_rows(shape.rows, shape.nbytes))
         os.replace(tmp, target)
+        return rows
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        spill.close()
+        tmp.unlink(missing_ok=True)
+
+
+def _write_groups(typer: Typer, spill: Spill, tmp: Path, per_group: int) -> int:
+    written = 0
+    with pq.ParquetWriter(tmp, typer.schema, compression="snappy") as writer:
+        if typer.no_rows:
+            return 0
+        pending: list[pa.RecordBatch] = []
+        held = 0
+        for arr in spill:
+            batch = typer.batch(arr)
+            pending.append(batch)
+            held += batch.num_rows
+            while held >= per_group:
+                table = pa.Table.from_batches(pending, schema=typer.schema)
+                writer.write_table(table.slice(0, per_group), row_group_size=per_group)
+                rest = table.slice(per_group)
+                pending, held = rest.to_batches(), rest.num_rows
+                written += per_group
+        if held:
+            writer.write_table(pa.Table.from_batches(pending, schema=typer.schema), row_group_size=held)
+            written += held
+    return written
 
 
 def write_parquet(
@@ -471,29 +607,4 @@ def write_parquet(
     bytes_keys: Iterable[str] = DEFAULT_BYTES_KEYS,
 ) -> None:
     """Records -> the Parquet twin at `target` (atomic)."""
-    write_table(records_table(batches, schema, bytes_keys), target)
-
-
-# One build per target at a time, across the threads of a mount.
-_building: dict[str, threading.Lock] = {}
-_building_lock = threading.Lock()
-
-
-def build_once(target: Path, build) -> Path:
-    """Run `build(target)` unless `target` exists; concurrent callers wait."""
-    with _building_lock:
-        lock = _building.setdefault(str(target), threading.Lock())
-    with lock:
-        if not target.exists():
-            build(target)
-    return target
-
-
-def remove_older(folder: Path, prefix: str, keep: Path) -> None:
-    """Drop twins of earlier states of the same view (same name prefix)."""
-    for old in itertools.islice(folder.glob(prefix + "*.parquet"), 1000):
-        if old != keep:
-            try:
-                old.unlink()
-            except OSError:
-                pass
+    write_twin(batches, schema, target, bytes_keys)

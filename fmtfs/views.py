@@ -16,11 +16,20 @@ from typing import Any
 
 import orjson
 
-from fmtfs import __version__, parquet, permissions
+from fmtfs import __version__, permissions
 from fmtfs.decoders import DecodePool
-from fmtfs.formats.base import BadRecord, FileIdentity, Format, Problem, ReadOnlyView, Record, Writer
+from fmtfs.formats.base import (
+    BadRecord,
+    FileIdentity,
+    Format,
+    Problem,
+    ReadOnlyView,
+    Record,
+    Writer,
+)
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
+from fmtfs.twins import ParquetFile, Twins
 
 log = logging.getLogger("fmtfs")
 
@@ -175,55 +184,6 @@ class BytesFile(ViewFile):
         return self._identity
 
 
-class ParquetFile(ViewFile):
-    """The Parquet twin of a record view, built once per state of the view and
-    kept under the cache folder, so its size is exact and stable.  The file
-    name carries the view's identity: a changed source gives a new file."""
-
-    def __init__(self, tree: SourceTree, source: ViewFile, view: str) -> None:
-        self.tree, self.source, self.view = tree, source, view
-        self._path: Path | None = None
-        self._lock = threading.Lock()
-
-    def path(self) -> Path:
-        if self._path is None:
-            with self._lock:
-                if self._path is None:
-                    self._path = self._build()
-        return self._path
-
-    def _build(self) -> Path:
-        from fmtfs import schemas
-
-        fmt = self.tree.format
-        prefix = digest(self.tree.source_key, self.view)[:16]
-        schema = fmt.parquet_schema(self.view)
-        keys = schemas.bytes_keys(fmt.name, self.view)
-
-        def build(target: Path) -> None:
-            parquet.write_parquet(self.source.records(), schema, target, keys)
-
-        for attempt in range(3):
-            identity = self.source.identity()
-            name = f"{prefix}-{digest(identity, parquet.VERSION)[:24]}.parquet"
-            target = parquet.build_once(self.tree.parquet_dir / name, build)
-            if self.source.identity() == identity or attempt == 2:
-                break
-            # the view grew while its records were read: the file may hold a
-            # newer state than its name says, so it is not kept under that name
-            target.unlink(missing_ok=True)
-        parquet.remove_older(self.tree.parquet_dir, prefix + "-", target)
-        return target
-
-    def size(self) -> int:
-        return self.path().stat().st_size
-
-    def read(self, offset: int, size: int) -> bytes:
-        with open(self.path(), "rb") as f:
-            available = os.fstat(f.fileno()).st_size - offset
-            return os.pread(f.fileno(), max(0, min(size, available)), offset)
-
-
 class ViewWriter:
     """One open, writable view.
 
@@ -355,6 +315,7 @@ class SourceTree:
         permissions.private_file(cache_dir / "index.sqlite3")  # SQLite's journals copy its mode
         self.index_dir = cache_dir
         self.parquet_dir = cache_dir / "parquet"
+        self.twins = Twins(self.parquet_dir, self.source_key, fmt)
         permissions.private_folder(self.parquet_dir, ours=True)
         self.lock = threading.RLock()
         self.write_lock = threading.Lock()
@@ -457,7 +418,7 @@ class SourceTree:
                 files[path] = BytesFile(self._persisted(path, deps, render), digest(deps, path))
         for path in [p for p in files if p.endswith(".jsonl")]:
             mirror = f"{PARQUET_DIR}/{path[: -len('.jsonl')]}.parquet"
-            files[mirror] = ParquetFile(self, files[path], path)
+            files[mirror] = self.twins.twin(files[path], path)
         self.entries = entries
         self._add_meta_files(files, deps)
         self.created -= set(files)

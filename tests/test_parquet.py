@@ -25,7 +25,8 @@ from fmtfs import parquet
 from fmtfs.formats import open_source
 from fmtfs.render import parse_lines
 from fmtfs.shape import format_time, parse_time, put_data
-from fmtfs.views import ParquetFile, SourceTree
+from fmtfs.twins import ParquetFile
+from fmtfs.views import SourceTree
 
 SAMPLES = {"wallaby": 3000, "kestrel": 1500, "gvfs": 1500, "proio": 300, "beats": 1500}
 FORMATS = [f for f in SAMPLES if importlib.util.find_spec(f"fmtfs.samples.{f}") is not None]
@@ -217,13 +218,13 @@ def test_concurrent_readers_build_once(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "src").mkdir()
     tree = tree_of(generate(tmp_path / "src", 500), tmp_path / "cache")
     builds = []
-    real = parquet.write_parquet
+    real = parquet.write_twin
 
     def counting(*args, **kwargs):
         builds.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(parquet, "write_parquet", counting)
+    monkeypatch.setattr(parquet, "write_twin", counting)
     twin = tree.files["parquet/events.log/records.parquet"]
     sizes = []
     threads = [threading.Thread(target=lambda: sizes.append(twin.size())) for _ in range(6)]
