@@ -1,0 +1,190 @@
+"""Parquet twins at scale: built ahead of time, listed without building,
+rebuilt in the background when a view grows, read whole through a mount.
+
+Real mounts (tests/mounting.py); what was built is checked through the
+files in the cache folder and their modification times, never by timing."""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from pathlib import Path
+
+import orjson
+import pyarrow.parquet as pq
+from hypothesis import HealthCheck, given, settings
+
+from fmtfs import parquet, twins
+from fmtfs.render import parse_lines
+from fmtfs.samples.beats import generate as beats_sample
+from fmtfs.samples.wallaby import generate as wallaby_sample
+from tests.mounting import mounted
+from tests.test_parquet import batches, same_records, tree_of, twin_records
+
+TWIN = "parquet/events.log/records.parquet"
+VIEW = "events.log/records.jsonl"
+WAIT_SECONDS = 120  # an upper bound for background work on a loaded machine
+
+
+def cache_state(cache: Path) -> dict[str, int]:
+    """Twin files on disk -> their mtimes (what a build would change)."""
+    return {p.name: p.stat().st_mtime_ns for p in (cache / "parquet").glob("*.parquet")}
+
+
+def wait_for(condition, what: str):
+    deadline = time.monotonic() + WAIT_SECONDS
+    while time.monotonic() < deadline:
+        found = condition()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError(f"never happened: {what}")
+
+
+def read_whole(path: Path) -> bytes:
+    with open(path, "rb") as f:
+        return f.read()
+
+
+# -- the schema does not depend on how the records are cut ----------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batches())
+def test_streamed_plan_equals_the_plan_of_all_records_at_once(parts) -> None:
+    records = [r for part in parts for r in part]
+    one = parquet.Shape()
+    if records:
+        one.add(parquet.records_to_array(records))
+    streamed = parquet.Shape()
+    for part in parts:
+        if part:
+            streamed.add(parquet.records_to_array(part))
+    keys = parquet.DEFAULT_BYTES_KEYS
+    assert streamed.rows == one.rows == len(records)
+    if records:
+        assert streamed.plan(keys).out == one.plan(keys).out
+
+
+def test_row_groups_follow_the_size_rule(tmp_path: Path) -> None:
+    records = [{"n": i, "text": "x" * (i % 50), "when": "2020-01-01T00:00:00.000Z"} for i in range(30_000)]
+    chunks = [records[i : i + 4096] for i in range(0, 30_000, 4096)]
+    target = tmp_path / "t.parquet"
+    rows = parquet.write_twin(chunks, None, target)
+    meta = pq.ParquetFile(target).metadata
+    groups = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    assert rows == sum(groups) == 30_000
+    per_group = parquet.group_rows(30_000, sum(parquet.records_to_array(c).nbytes for c in chunks))
+    assert groups[:-1] == [per_group] * (len(groups) - 1) and len(groups) >= 2
+    assert pq.read_table(target).column("n").to_pylist() == list(range(30_000))
+    assert not [p for p in tmp_path.iterdir() if p != target]  # no scratch file left
+
+
+# -- serving an older twin while the new one is built ---------------------------
+
+
+def test_a_grown_view_keeps_its_old_twin_until_the_new_one_is_whole(tmp_path: Path) -> None:
+    from fmtfs.formats.wallaby import WallabyWriter
+
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 2000)
+    tree = tree_of(source, tmp_path / "cache")
+    old = tree.files[TWIN].build()
+    # a mount's builder, not started: what it is asked to do stays observable
+    builder = twins.TwinBuilder(tree)
+    tree.twins.builder = builder
+    WallabyWriter(source / "events.log").write([{"time": 1_500_000_000_000_000_000, "data": "late"}])
+    tree.refresh(force=True)
+    grown = tree.files[TWIN]
+    assert grown.path() == old and grown.size() == old.stat().st_size  # old file, whole
+    assert pq.read_table(io.BytesIO(tree.read(TWIN, 0, grown.size()))).num_rows == 2000
+    assert builder.requested == {VIEW: grown}
+    new = grown.build()
+    assert new != old and not old.exists()
+    assert grown.path() == new
+    assert pq.read_table(new).column("data").to_pylist()[-1] == b"late"
+
+
+# -- through real mounts ----------------------------------------------------------
+
+
+def test_twins_read_through_a_mount_hold_exactly_the_view_rows(tmp_path: Path) -> None:
+    from fmtfs import schemas
+
+    source = beats_sample(tmp_path / "queue", 9000)
+    with mounted(source) as mnt:
+        twin_folder = mnt / "parquet" / "segments"
+        names = sorted(p.name for p in twin_folder.iterdir())
+        assert names and all(n.endswith(".parquet") for n in names)
+        for name in names:
+            data = read_whole(twin_folder / name)
+            assert len(data) == (twin_folder / name).stat().st_size
+            (tmp_path / name).write_bytes(data)
+            want = parse_lines(read_whole(mnt / "segments" / (name[: -len(".parquet")] + ".jsonl")))
+            got = twin_records(tmp_path / name, schemas.bytes_keys("beats", "segments"))
+            same_records(got, want, pq.read_schema(tmp_path / name))
+
+
+def listed_twin_sizes(mnt: Path) -> list[int]:
+    """stat() of every file under parquet/ through the mount."""
+    return sorted(
+        os.stat(os.path.join(folder, name)).st_size
+        for folder, _, files in os.walk(mnt / "parquet")
+        for name in files
+    )
+
+
+def test_the_mount_builds_missing_twins_in_the_background(tmp_path: Path) -> None:
+    source = beats_sample(tmp_path / "queue", 6000)
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        # nobody stats parquet/: the builder makes every twin on its own
+        expected = len(list((mnt / "segments").iterdir())) + 1  # + pending.jsonl
+        built = wait_for(
+            lambda: len(cache_state(cache)) == expected and cache_state(cache), "all twins built"
+        )
+        sizes = listed_twin_sizes(mnt)
+        assert cache_state(cache) == built  # listing them built nothing more
+        assert sizes == sorted((cache / "parquet" / name).stat().st_size for name in built)
+
+
+def test_listing_prebuilt_twins_builds_nothing(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 3000)
+    cache = tmp_path / "cache"
+    tree = tree_of(source, cache)
+    assert twins.build_all(tree) == len(twins.twins_of(tree)) > 1
+    before = cache_state(cache)
+    assert twins.build_all(tree) == 0
+    with mounted(source, cache_dir=cache) as mnt:
+        sizes = listed_twin_sizes(mnt)
+        assert sizes == sorted((cache / "parquet" / name).stat().st_size for name in before)
+        assert read_whole(mnt / TWIN)[-4:] == b"PAR1"
+        time.sleep(1.5)  # let the builder look around once more: it must find nothing to do
+        assert cache_state(cache) == before
+
+
+def test_a_growing_view_gets_a_new_twin_and_size_and_bytes_always_agree(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 2000)
+    with mounted(source) as mnt:
+        twin = mnt / TWIN
+        assert pq.read_table(io.BytesIO(read_whole(twin))).num_rows == 2000
+        lines = b"".join(orjson.dumps({"data": f"new {i}"}) + b"\n" for i in range(50))
+        with open(mnt / VIEW, "ab") as f:
+            f.write(lines)
+        seen = set()
+
+        def grown() -> bool:
+            with open(twin, "rb") as f:
+                data = f.read()
+            table = pq.read_table(io.BytesIO(data))  # always a whole file of one state
+            seen.add(table.num_rows)
+            return table.num_rows == 2050 and table
+
+        table = wait_for(grown, "the new rows in the twin")
+        assert seen <= {2000, 2050}
+        assert table.column("data").to_pylist()[-1] == b"new 49"
+        data = read_whole(twin)
+        assert twin.stat().st_size == len(data) and pq.read_table(io.BytesIO(data)).num_rows == 2050
