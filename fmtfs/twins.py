@@ -20,20 +20,28 @@ Who builds a twin, and when:
 - A stat of a twin whose view changed (the source grew) while an older
   state's file exists, in a mount, keeps serving that older file, whole,
   and asks the builder for the new one; once the new file is complete it
-  is renamed into place and served from the next stat on.  Readers hold
-  the file open (`TwinHandle`), so an open reader keeps reading the file
-  whose size it was told even after the switch.
+  is renamed into place and served from the next stat on.  A mount opens
+  the file for each reader (`TwinHandle`), so an open reader keeps reading
+  the one whole file it opened even after the switch.  (A reader that
+  stats before a switch and opens after it gets the new file: Parquet
+  cannot be appended in place, so the old bytes are not a prefix of the
+  new ones.)
 
 Without a mount (`fmtfs ls/cat`) there is no builder: a stat of a changed
 twin builds it."""
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import pickle
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,16 +70,30 @@ class Twins:
         self.source_key = source_key
         self.format = fmt
         self.builder: TwinBuilder | None = None  # set in a mount
-        self._building: dict[str, threading.Lock] = {}
-        self._building_lock = threading.Lock()
+        self._remove_leftovers()
+
+    def _remove_leftovers(self) -> None:
+        """Scratch files of builds whose process died (an unmount mid-build):
+        their names carry the builder's pid (fmtfs.parquet.write_twin)."""
+        for scratch in [*self.folder.glob("*.tmp"), *self.folder.glob("*.spill")]:
+            pid = scratch.name.split(".")[-3]
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                scratch.unlink(missing_ok=True)
 
     def twin(self, source: ViewFile, view: str) -> ParquetFile:
         return ParquetFile(self, source, view)
 
-    def build_lock(self, target: Path) -> threading.Lock:
-        """One build per target file at a time, across the threads of a mount."""
-        with self._building_lock:
-            return self._building.setdefault(target.name, threading.Lock())
+    @contextmanager
+    def build_lock(self, prefix: str) -> Iterator[None]:
+        """One build of a view's twin at a time, across the threads of a
+        mount and the builder's process (an flock per view: a bounded number
+        of lock files, one per view, never deleted)."""
+        fd = os.open(self.folder / f"{prefix}building.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
 
 
 class ParquetFile:
@@ -133,7 +155,7 @@ class ParquetFile:
         for attempt in range(3):
             identity = self.source.identity()
             target = self.target(identity)
-            with self.twins.build_lock(target):
+            with self.twins.build_lock(self.prefix):
                 if not target.exists():
                     parquet.write_twin(self.source.records(), schema, target, keys)
             if self.source.identity() == identity or attempt == 2:
@@ -218,15 +240,18 @@ def build_all(tree: SourceTree, progress: TwinProgress | None = None) -> int:
 
 
 class TwinBuilder:
-    """A background thread building missing twins of a mounted tree, one at
-    a time, at the lowest CPU priority, the twins a stat asked for first."""
+    """Builds the missing twins of a mounted tree in the background: a
+    thread of the mount hands the views to build (the ones a stat asked for
+    first) to a child process at the lowest CPU priority, one round at a
+    time.  The decoding, its memory and the GIL are the child's: the mount
+    keeps serving at its own pace and size."""
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
         self.wake = threading.Event()
         self.stopped = False
         self.requested: dict[str, ParquetFile] = {}  # view -> twin, asked for by a stat
-        self.failed: set[str] = set()  # target names whose build raised
+        self.failed: set[str] = set()  # target names whose build failed
         self.next_rebuild: dict[str, float] = {}  # view -> earliest monotonic time
         self.lock = threading.Lock()
         self.thread = threading.Thread(target=self._run, name="fmtfs-twins", daemon=True)
@@ -246,53 +271,99 @@ class TwinBuilder:
         self.wake.set()
 
     def _run(self) -> None:
-        try:  # Linux: the priority of this thread only
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
-        except OSError:
-            pass
-        settled = -1  # the generation whose twins were all built or tried
+        settled = -1  # a generation whose twins are all built or failed
         while not self.stopped:
             generation = self.tree.generation
-            if generation == settled and not self.requested:
-                self.wake.wait(1.0)
-                self.wake.clear()
-                continue
-            todo = [t for t in twins_of(self.tree) if not t.built()]
-            if not todo or all(t.target().name in self.failed for t in todo):
-                settled = generation
-            for twin in todo:
-                for asked in self._take_requested():
-                    self._build(asked)
-                if self.stopped or self.tree.generation != generation:
-                    break  # the tree changed: list again
-                self._build(twin)
-            for asked in self._take_requested():
-                self._build(asked)
-            if todo and self.tree.generation == generation:
-                self.wake.wait(1.0)  # twins waiting for their rebuild spacing
-                self.wake.clear()
+            if generation != settled or self.requested:
+                todo = self._todo()
+                if todo:
+                    self._build(todo)
+                    continue
+                if not self.requested and not self._waiting():
+                    settled = generation
+            self.wake.wait(1.0)
+            self.wake.clear()
 
-    def _take_requested(self) -> list[ParquetFile]:
+    def _todo(self) -> list[ParquetFile]:
+        """Twins to build now, the ones asked for first."""
         with self.lock:
             asked, self.requested = list(self.requested.values()), {}
-        return asked
+        now = time.monotonic()
+        seen: set[str] = set()
+        todo = []
+        for twin in [*asked, *twins_of(self.tree)]:
+            if twin.view in seen or now < self.next_rebuild.get(twin.view, 0.0):
+                continue
+            seen.add(twin.view)
+            if twin.target().name not in self.failed and not twin.built():
+                todo.append(twin)
+        return todo
 
-    def _build(self, twin: ParquetFile) -> None:
-        name = twin.target().name
-        if name in self.failed or time.monotonic() < self.next_rebuild.get(twin.view, 0.0):
-            return
+    def _waiting(self) -> bool:
+        """Whether a twin waits for its rebuild spacing."""
+        now = time.monotonic()
+        return any(when > now for when in self.next_rebuild.values())
+
+    def _build(self, todo: list[ParquetFile]) -> None:
         started = time.monotonic()
-        try:
-            twin.build()
-        except Exception:
-            log.exception("building the Parquet twin of %s failed", twin.view)
-            self.failed.add(name)
-            return
+        done = build_in_child(self.tree, [t.view for t in todo])
         took = time.monotonic() - started
-        self.next_rebuild[twin.view] = time.monotonic() + REBUILD_SPACING * took
-        log.info("built the Parquet twin of %s in %.1f s", twin.view, took)
+        for twin in todo:
+            if twin.view in done:
+                self.next_rebuild[twin.view] = time.monotonic() + REBUILD_SPACING * took / len(todo)
+            else:
+                self.failed.add(twin.target().name)
+        log.info("built %d Parquet twins in %.1f s", len(done), took)
 
 
 def start_builder(tree: SourceTree) -> TwinBuilder:
     """Build the missing twins of a mounted tree in the background."""
     return TwinBuilder(tree).start()
+
+
+def build_in_child(tree: SourceTree, views: list[str]) -> set[str]:
+    """Build the twins of `views` in a child process; returns the views
+    built.  The job (options, key included) travels on the child's stdin,
+    never on its command line."""
+    fmt = tree.format
+    job = {
+        "source": fmt.source,
+        "format": fmt.name,
+        "options": fmt.options,
+        "cache_dir": tree.index_dir,
+        "views": views,
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", "from fmtfs.twins import child_main; child_main()"],
+        input=pickle.dumps(job),
+        capture_output=True,
+        check=False,
+    )
+    for line in done.stderr.decode(errors="replace").splitlines():
+        log.warning("twin builder: %s", line)
+    return {line for line in done.stdout.decode().splitlines()}
+
+
+def child_main() -> None:
+    """The builder's child process: build the twins of a job read from stdin,
+    printing each view whose twin is whole; exits when its mount is gone."""
+    from fmtfs.formats import open_source
+    from fmtfs.views import SourceTree
+
+    os.nice(19)
+    job = pickle.loads(sys.stdin.buffer.read())
+    parent = os.getppid()
+    tree = SourceTree(open_source(job["source"], job["format"], job["options"]), job["cache_dir"])
+    by_view = {twin.view: twin for twin in twins_of(tree)}
+    for view in job["views"]:
+        if os.getppid() != parent:
+            return  # the mount ended
+        twin = by_view.get(view)
+        if twin is None:
+            continue  # gone from the source meanwhile
+        try:
+            twin.build()
+        except Exception as exc:  # noqa: BLE001 - one bad view must not stop the others
+            print(f"{view}: {type(exc).__name__}: {exc}", file=sys.stderr)
+            continue
+        print(view, flush=True)
