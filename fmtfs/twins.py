@@ -16,7 +16,8 @@ Who builds a twin, and when:
   stat or a read of another view waits on.
 - A stat of a twin that was never built builds that one twin at once (or
   waits for the builder if it is building that very twin): it waits for no
-  other twin.
+  other twin.  In a mount, the twin of a big view is built by a child
+  process for that stat, so the mount's memory stays small.
 - A stat of a twin whose view changed (the source grew) while an older
   state's file exists, in a mount, keeps serving that older file, whole,
   and asks the builder for the new one; once the new file is complete it
@@ -59,6 +60,11 @@ TwinProgress = Callable[[int, int], None]
 # A twin rebuilt because its view grew is rebuilt again no sooner than
 # this many times its last build took (a live queue grows every second).
 REBUILD_SPACING = 5.0
+
+# In a mount, the twin of a view with more JSON bytes than this that a stat
+# needs at once is built by a child process too (the mount stays small);
+# smaller ones are built in the mount (no process start for each).
+IN_PROCESS_LIMIT = 32 << 20
 
 
 class Twins:
@@ -131,6 +137,12 @@ class ParquetFile:
             if older is not None:
                 builder.request(self)
                 return older
+            if self.source.size() > IN_PROCESS_LIMIT:
+                # decoding a big view would swell the mount: a child builds it
+                build_in_child(builder.tree, [self.view])
+                if target.exists():
+                    self._served = (identity, target)
+                    return target
         return self.build()
 
     def _newest_older(self, target: Path) -> Path | None:

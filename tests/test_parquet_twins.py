@@ -188,3 +188,16 @@ def test_a_growing_view_gets_a_new_twin_and_size_and_bytes_always_agree(tmp_path
         assert table.column("data").to_pylist()[-1] == b"new 49"
         data = read_whole(twin)
         assert twin.stat().st_size == len(data) and pq.read_table(io.BytesIO(data)).num_rows == 2050
+
+
+def test_a_big_view_asked_for_by_a_stat_is_built_by_a_child_process(tmp_path: Path, monkeypatch) -> None:
+    (tmp_path / "src").mkdir()
+    tree = tree_of(wallaby_sample(tmp_path / "src", 2000), tmp_path / "cache")
+    tree.twins.builder = twins.TwinBuilder(tree)  # as in a mount (not started)
+    monkeypatch.setattr(twins, "IN_PROCESS_LIMIT", 0)  # every view counts as big
+    built_here = []
+    monkeypatch.setattr(parquet, "write_twin", lambda *a, **k: built_here.append(a))
+    twin = tree.files[TWIN]
+    path = twin.path()
+    assert not built_here  # nothing was written by this process
+    assert path == twin.target() and pq.read_table(path).num_rows == 2000
