@@ -33,10 +33,12 @@ twin builds it."""
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import logging
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import threading
@@ -344,6 +346,7 @@ def build_in_child(tree: SourceTree, views: list[str]) -> set[str]:
         "options": fmt.options,
         "cache_dir": tree.index_dir,
         "views": views,
+        "parent": os.getpid(),
     }
     done = subprocess.run(
         [sys.executable, "-c", "from fmtfs.twins import child_main; child_main()"],
@@ -364,7 +367,8 @@ def child_main() -> None:
 
     os.nice(19)
     job = pickle.loads(sys.stdin.buffer.read())
-    parent = os.getppid()
+    _die_with_parent(job["parent"])
+    parent = job["parent"]
     tree = SourceTree(open_source(job["source"], job["format"], job["options"]), job["cache_dir"])
     by_view = {twin.view: twin for twin in twins_of(tree)}
     for view in job["views"]:
@@ -379,3 +383,15 @@ def child_main() -> None:
             print(f"{view}: {type(exc).__name__}: {exc}", file=sys.stderr)
             continue
         print(view, flush=True)
+
+
+def _die_with_parent(parent: int) -> None:
+    """Linux: the kernel kills this process when the mount's ends (an
+    unmount mid-build must not leave a builder writing into the cache)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:
+        sys.exit(0)  # it ended before the line above

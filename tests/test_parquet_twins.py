@@ -113,7 +113,7 @@ def test_twins_read_through_a_mount_hold_exactly_the_view_rows(tmp_path: Path) -
     from fmtfs import schemas
 
     source = beats_sample(tmp_path / "queue", 9000)
-    with mounted(source) as mnt:
+    with mounted(source, cache_dir=tmp_path / "cache") as mnt:
         twin_folder = mnt / "parquet" / "segments"
         names = sorted(p.name for p in twin_folder.iterdir())
         assert names and all(n.endswith(".parquet") for n in names)
@@ -168,7 +168,7 @@ def test_listing_prebuilt_twins_builds_nothing(tmp_path: Path) -> None:
 def test_a_growing_view_gets_a_new_twin_and_size_and_bytes_always_agree(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     source = wallaby_sample(tmp_path / "src", 2000)
-    with mounted(source) as mnt:
+    with mounted(source, cache_dir=tmp_path / "cache") as mnt:
         twin = mnt / TWIN
         assert pq.read_table(io.BytesIO(read_whole(twin))).num_rows == 2000
         lines = b"".join(orjson.dumps({"data": f"new {i}"}) + b"\n" for i in range(50))
