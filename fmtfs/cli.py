@@ -18,12 +18,12 @@ from typing import Any
 
 import orjson
 
-from fmtfs import __version__, summary
+from fmtfs import __version__, summary, twins
 from fmtfs.formats import FORMATS, open_source
 from fmtfs.formats.base import Format, FormatError
 from fmtfs.index import Progress
 from fmtfs.mounthelper import expand_options
-from fmtfs.progress import IndexProgress, native_size, on_terminal
+from fmtfs.progress import IndexProgress, TwinProgress, native_size, on_terminal
 from fmtfs.views import META_ERRORS, META_INFO, SourceTree
 
 log = logging.getLogger("fmtfs")
@@ -179,6 +179,11 @@ def build_parser() -> argparse.ArgumentParser:
         "build SOURCE's on-disk index ahead of a mount, showing progress on a terminal",
         ENVIRONMENT,
     )
+    index.add_argument(
+        "--no-parquet",
+        action="store_true",
+        help="do not build the Parquet twins (by default they are built too, so a mount lists them at once)",
+    )
     _source_options(index)
     _log_options(index)
 
@@ -300,7 +305,6 @@ def view_path(text: str) -> str:
 def cmd_index(args: argparse.Namespace) -> None:
     started = time.monotonic()
     tree = open_tree_showing_progress(args)
-    # (the place for more work ahead of a mount, such as building Parquet twins)
     seconds = time.monotonic() - started
     if not on_terminal() and not args.quiet:  # no bar was drawn: one line per file instead
         for entry in tree.entries:
@@ -315,6 +319,21 @@ def cmd_index(args: argparse.Namespace) -> None:
         f"indexed {len(tree.entries):,} streams, {records:,} records, {summary.human_size(native)} "
         f"in {seconds:.1f} s (index in {cache_dir(args)})"
     )
+    if not args.no_parquet:
+        build_twins_showing_progress(tree)
+
+
+def build_twins_showing_progress(tree: SourceTree) -> None:
+    """The Parquet twins not on disk yet, so that a mount lists and serves
+    them at once (a bar on a terminal, one line when done)."""
+    started = time.monotonic()
+    bar = TwinProgress() if on_terminal() else None
+    try:
+        built = twins.build_all(tree, bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    print(f"built {built:,} Parquet twins in {time.monotonic() - started:.1f} s")
 
 
 def cmd_info(args: argparse.Namespace) -> None:

@@ -64,3 +64,20 @@ def on_terminal(stream: TextIO | None = None) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+class TwinProgress:
+    """A bar over the Parquet twins `fmtfs index` builds (fmtfs.twins.build_all's progress)."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.bar: tqdm | None = None
+        self.stream = stream or sys.stderr
+
+    def __call__(self, done: int, total: int) -> None:
+        if self.bar is None:
+            self.bar = tqdm(total=total, desc="parquet twins", unit="twin", file=self.stream, leave=True)
+        self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

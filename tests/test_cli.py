@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
 
 from fmtfs import __version__
@@ -135,6 +136,19 @@ def test_index_without_a_terminal_says_one_line_per_file(tmp_path: Path) -> None
     assert done.stdout.decode().startswith(f"indexed {len(segments)} streams, 200 records")
     # a mount afterwards finds the index built: its cache holds the chunk table
     assert (tmp_path / "c" / "index.sqlite3").stat().st_size > 0
+    # ... and the Parquet twins of every record view (one per segment, plus pending)
+    twins = sorted((tmp_path / "c" / "parquet").glob("*.parquet"))
+    assert done.stdout.decode().splitlines()[1].startswith(f"built {len(twins)} Parquet twins")
+    assert len(twins) >= len(segments)
+    for twin in twins:
+        assert pq.read_metadata(twin).num_rows > 0
+
+
+def test_index_no_parquet_builds_no_twins(tmp_path: Path) -> None:
+    source = beats_sample(tmp_path / "q", 50)
+    done = fmtfs("index", source, "--cache-dir", tmp_path / "c", "--no-parquet")
+    assert "Parquet" not in done.stdout.decode()
+    assert not list((tmp_path / "c" / "parquet").glob("*.parquet"))
 
 
 def read_terminal(controller: int) -> str:
