@@ -453,6 +453,7 @@ class Index:
         assert self.pool is not None
         ahead = 2 * self.pool.workers
         name, inode = entry.stream.name, entry.identity.inode
+        submitted: list[tuple[tuple, Future]] = []
         with self._flights_lock:
             wanted = None
             for s in range(seq, min(seq + ahead, len(entry.chunks))):
@@ -463,11 +464,15 @@ class Index:
                     if s > seq and len(self._pending) >= 2 * ahead:
                         break  # enough decoded ahead already: memory stays bounded
                     future = self._pending[key] = self.pool.submit(name, meta.start, meta.end, meta.state)
-                    future.add_done_callback(lambda f, key=key: self._landed(key, f))
+                    submitted.append((key, future))
                 if s == seq:
                     wanted = future
             assert wanted is not None
-            return wanted
+        # outside the lock: a future already done runs its callback right here,
+        # and _landed takes the lock itself
+        for key, future in submitted:
+            future.add_done_callback(lambda f, key=key: self._landed(key, f))
+        return wanted
 
     def _landed(self, key: tuple, future: Future) -> None:
         if not future.cancelled() and future.exception() is None:

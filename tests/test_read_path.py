@@ -85,3 +85,32 @@ def test_concurrent_readers_of_one_chunk_decode_it_once(source: Path, tmp_path: 
     first_chunk = view.entry.chunks[0]
     assert view.entry.views[RECORDS].ends[0] >= 8 * 4096  # all eight reads hit chunk 0
     assert decodes == [first_chunk.start]
+
+
+def test_a_worker_that_finishes_before_its_callback_is_added_does_not_hang_the_read(
+    source: Path, tmp_path: Path
+) -> None:
+    """A decode worker can finish before the index registers its completion
+    callback; the callback then runs at once in the reading thread, which
+    must not hold the lock the callback takes (a hang seen under Spark)."""
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    tree.decode_in_workers()
+    pool = tree.index.pool
+    real_submit = pool.submit
+
+    def submit_and_finish(*args):
+        future = real_submit(*args)
+        future.result()  # done before the index sees it: the race, every time
+        return future
+
+    pool.submit = submit_and_finish
+    results: list[bytes] = []
+    reader = threading.Thread(target=lambda: results.append(tree.read(RECORDS, 0, 1 << 20)), daemon=True)
+    try:
+        reader.start()
+        reader.join(120)  # a deadlock never returns; a working read takes well under a second
+        assert not reader.is_alive(), "the read hung"
+    finally:
+        tree.close()
+    whole = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+    assert results == [whole[: 1 << 20]]
