@@ -1,0 +1,694 @@
+#!/usr/bin/env python3
+"""fmtfs benchmark: every figure of issue #8 as a ratio to a baseline run
+side by side, in the same run, on the same bytes.
+
+    .venv/bin/python scripts/bench.py 100                     # 100 MB of native data per format
+    .venv/bin/python scripts/bench.py 100 --formats beats,gvfs=20 --json out.json
+    .venv/bin/python scripts/bench.py 0.3 --no-spark --streams 50
+
+Per format it generates a sample source of about SIZE MB (fmtfs.samples),
+then measures, with real mounts (`python -m fmtfs mount`) and real `cat`/`ls`
+subprocesses:
+
+  first_mount    index build rate (`fmtfs mount`, empty cache)  vs  the plain decode+render loop
+  cold_cat       `cat` of every record view over a fresh mount  vs  the plain decode+render loop
+  warm_cat       the same `cat` again                           vs  `cat` of the same bytes in regular files
+  spark_json     spark.read.json(view folder).count(), a fresh mount, then again  vs  a plain local folder
+  data_source    spark.read.format("fmtfs"), default options    vs  plain read.json
+  ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
+  write_through  `cat lines >> view`                            vs  the format's encoder in process
+  peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
+
+The "plain loop" (scripts/plain_loops.py) decodes and renders without fmtfs
+(beats, wallaby, kestrel); proio and gvfs, whose decoding needs a schema
+machinery, are measured against fmtfs's own single-thread in-process decode
+(their `baseline` column says `fmtfs-1t`).  Ratios are oriented as the
+issue's targets: throughput ratios (higher is better) for cat, mount and
+write; time ratios (lower is better) for Spark and listing.
+
+Adding a figure: write `def figure_x(run: FormatRun) -> list[Figure]` and
+append it to FIGURES (or SPARK_FIGURES when it needs Spark).  Each figure
+function mounts and unmounts what it needs; FormatRun holds the generated
+source and the baseline timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from fnmatch import fnmatch
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from plain_loops import PLAIN_LOOPS, gc_paused  # noqa: E402
+
+from fmtfs.formats import open_source  # noqa: E402
+from fmtfs.render import parse_lines, render_views  # noqa: E402
+
+FORMATS = ("beats", "wallaby", "kestrel", "proio", "gvfs")
+OPTIONS = {"key": None, "time_bucket": "hour", "descriptor_set": None, "kestrel_journal_size": 16 << 20}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where a format's sample keeps what the bench reads and writes."""
+
+    views: tuple[str, ...]  # globs of the record views `cat` reads (what the baseline renders)
+    spark_folder: str  # the view folder Spark reads
+    write_view: Callable[[Path], str]  # the view `cat lines >>` appends to (given the mount)
+    positional: tuple[str, ...]  # keys the writer assigns itself: dropped from written lines
+    stream_files: Callable[[Path], list[Path]]  # the files of one stream, copied to make N streams
+    renamed: Callable[[str, int], str]  # a stream file's name in copy i
+    stream_view: Callable[[int, str], str]  # the view of copy i (given the first stream file's name)
+
+
+def _newest(folder: Path, pattern: str) -> str:
+    return max((p.name for p in folder.glob(pattern)), key=lambda n: int(n.split(".")[0]))
+
+
+LAYOUTS: dict[str, Layout] = {
+    "beats": Layout(
+        views=("segments/*.jsonl",),
+        spark_folder="segments",
+        write_view=lambda mnt: f"segments/{_newest(mnt / 'segments', '*.jsonl')}",
+        positional=(),
+        stream_files=lambda src: [src / "0.seg"],
+        renamed=lambda name, i: f"{i}.seg",
+        stream_view=lambda i, name: f"segments/{i}.jsonl",
+    ),
+    "wallaby": Layout(
+        views=("*/records.jsonl",),
+        spark_folder="events.log",
+        write_view=lambda mnt: "events.log/records.jsonl",
+        positional=("index",),
+        stream_files=lambda src: [src / "events.log", src / "events.log.idx"],
+        renamed=lambda name, i: name.replace("events", f"l{i:05d}"),
+        stream_view=lambda i, name: f"l{i:05d}.log/records.jsonl",
+    ),
+    "kestrel": Layout(
+        views=("*/journal/*.jsonl",),
+        spark_folder="jobs/journal",
+        write_view=lambda mnt: f"jobs/journal/{_newest(mnt / 'jobs' / 'journal', '*.jsonl')}",
+        positional=("id",),
+        stream_files=lambda src: [min(src.glob("jobs.[0-9]*"))],
+        renamed=lambda name, i: f"q{i:05d}.{name.split('.')[1]}",
+        stream_view=lambda i, name: f"q{i:05d}/journal/{name.split('.')[1]}.jsonl",
+    ),
+    "proio": Layout(
+        views=("*/events.jsonl",),
+        spark_folder="sample.proio",
+        write_view=lambda mnt: "sample.proio/events.jsonl",
+        positional=("event",),
+        stream_files=lambda src: [src / "sample.proio"],
+        renamed=lambda name, i: f"s{i:05d}.proio",
+        stream_view=lambda i, name: f"s{i:05d}.proio/events.jsonl",
+    ),
+    "gvfs": Layout(
+        views=("*/journal.jsonl", "*/metadata.jsonl"),
+        spark_folder="home",
+        write_view=lambda mnt: "home/journal.jsonl",
+        positional=(),
+        stream_files=lambda src: [src / "home", *src.glob("home-*.log")],
+        renamed=lambda name, i: name.replace("home", f"t{i:05d}"),
+        stream_view=lambda i, name: f"t{i:05d}/journal.jsonl",
+    ),
+}
+
+
+@dataclass
+class Figure:
+    """One row of the table: fmtfs's measurement, the baseline's, their ratio."""
+
+    name: str
+    ratio: float
+    fmtfs: str  # what fmtfs did, with its time or rate
+    baseline: str  # what the baseline did
+    target: str
+
+
+@dataclass
+class FormatRun:
+    """One format's generated source and what every figure shares."""
+
+    fmt: str
+    layout: Layout
+    scratch: Path
+    source: Path
+    records: int
+    native_bytes: int
+    args: argparse.Namespace
+    baseline_seconds: list[float] = field(default_factory=list)  # one per baseline run
+    baseline_kind: str = ""
+    rendered_bytes: int = 0
+
+    def fresh(self, name: str) -> Path:
+        path = self.scratch / name
+        shutil.rmtree(path, ignore_errors=True)
+        path.mkdir(parents=True)
+        return path
+
+    @property
+    def baseline_rate(self) -> float:
+        """The baseline's native MB/s (mean of its runs in this format's run)."""
+        return self.native_bytes / 1e6 / (sum(self.baseline_seconds) / len(self.baseline_seconds))
+
+
+# -- mounts and processes ------------------------------------------------------
+
+
+def fmtfs(*args: object) -> None:
+    subprocess.run([sys.executable, "-m", "fmtfs", *map(str, args)], check=True, cwd=ROOT)
+
+
+def timed(action: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    result = action()
+    return time.perf_counter() - start, result
+
+
+@contextmanager
+def mounted(source: Path, mnt: Path, cache: Path) -> Iterator[float]:
+    """Mount (yielding how long `fmtfs mount` took) and always unmount."""
+    mnt.mkdir(parents=True, exist_ok=True)
+    seconds, _ = timed(lambda: fmtfs("mount", source, mnt, "--cache-dir", cache))
+    try:
+        yield seconds
+    finally:
+        for _ in range(50):
+            if not os.path.ismount(mnt):
+                break
+            if subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True).returncode == 0:
+                break
+            time.sleep(0.1)
+
+
+def run_cat(paths: list[Path]) -> float:
+    seconds, _ = timed(
+        lambda: subprocess.run(["cat", *map(str, paths)], stdout=subprocess.DEVNULL, check=True)
+    )
+    return seconds
+
+
+def view_files(mnt: Path, layout: Layout) -> list[Path]:
+    return sorted(p for pattern in layout.views for p in mnt.glob(pattern) if p.is_file())
+
+
+class PeakRss:
+    """Samples the summed RSS of the mount process serving `mnt` and all its
+    descendants (decode workers included) until stopped."""
+
+    def __init__(self, mnt: Path) -> None:
+        self.root = _mount_pid(mnt)
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> PeakRss:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        while True:
+            self.peak = max(self.peak, sum(_rss(pid) for pid in _tree(self.root)))
+            if self._stop.wait(0.05):
+                return
+
+
+def _mount_pid(mnt: Path) -> int:
+    needle = str(mnt).encode()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if b"mount" in argv and needle in argv and any(b"fmtfs" in a for a in argv):
+                return int(entry.name)
+    raise SystemExit(f"no fmtfs process serves {mnt}")
+
+
+def _tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(entry.name))
+    pids, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        pids.append(pid)
+        todo.extend(children.get(pid, []))
+    return pids
+
+
+def _rss(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+# -- baselines -------------------------------------------------------------------
+
+
+def run_baseline(run: FormatRun) -> None:
+    """Decode + render every record view in process, single-threaded; one
+    more entry in run.baseline_seconds."""
+    if run.fmt in PLAIN_LOOPS:
+        files, loop = PLAIN_LOOPS[run.fmt]
+        run.baseline_kind = "plain loop"
+        seconds, rendered = timed(lambda: sum(len(loop(path)) for path in files(run.source)))
+    else:
+        run.baseline_kind = "fmtfs-1t"
+        seconds, rendered = timed(lambda: fmtfs_single_thread(run))
+    run.baseline_seconds.append(seconds)
+    run.rendered_bytes = rendered
+
+
+def fmtfs_single_thread(run: FormatRun) -> int:
+    """fmtfs's own decode + render, one thread, no index, no FUSE: every
+    stream scanned, derived views rendered, for the views `cat` reads."""
+    fmt = open_source(run.source, run.fmt, dict(OPTIONS))
+    wanted = lambda view: any(fnmatch(view, pattern) for pattern in run.layout.views)  # noqa: E731
+    total = 0
+    with gc_paused():
+        for stream in fmt.streams():
+            for chunk in stream.scan(None, None):
+                records = getattr(chunk, "records", None)
+                if records:
+                    rendered = render_views({v: r for v, r in records.items() if wanted(v)})
+                    total += sum(map(len, rendered.values()))
+        for view, render in fmt.derived_views().items():
+            if wanted(view) and callable(render):
+                out = render()
+                total += (
+                    len(out) if isinstance(out, bytes) else sum(map(len, render_views({view: out}).values()))
+                )
+    return total
+
+
+# -- figures ---------------------------------------------------------------------
+
+
+def figure_first_mount(run: FormatRun) -> list[Figure]:
+    """First mount (index build, empty cache) vs the single-thread baseline."""
+    run_baseline(run)
+    with mounted(run.source, run.fresh("mnt"), run.fresh("cache")) as seconds:
+        pass
+    run_baseline(run)
+    mb = run.native_bytes / 1e6
+    return [
+        Figure(
+            "first_mount",
+            mb / seconds / run.baseline_rate,
+            f"{seconds:.2f} s, {mb / seconds:.1f} MB/s",
+            f"{run.baseline_kind} {run.baseline_rate:.1f} MB/s",
+            ">= 1.0",
+        )
+    ]
+
+
+def figure_cat(run: FormatRun) -> list[Figure]:
+    """Cold then warm `cat` of every record view over a fresh mount (the
+    index already built), with the mount's peak RSS while it serves them."""
+    mnt = run.scratch / "mnt"
+    plain = run.fresh("plain-views")
+    with mounted(run.source, mnt, run.scratch / "cache"):
+        views = view_files(mnt, run.layout)
+        size = sum(v.stat().st_size for v in views)
+        with PeakRss(mnt) as rss:
+            cold = run_cat(views)
+            warm = run_cat(views)
+        copies = []
+        for view in views:
+            copy = plain / view.relative_to(mnt)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(view, copy)
+            copies.append(copy)
+    run_baseline(run)
+    if size != run.rendered_bytes:
+        raise SystemExit(
+            f"{run.fmt}: the views hold {size} bytes, the baseline rendered {run.rendered_bytes}"
+        )
+    regular = run_cat(copies)
+    mb, json_mb = run.native_bytes / 1e6, size / 1e6
+    return [
+        Figure(
+            "cold_cat",
+            mb / cold / run.baseline_rate,
+            f"{cold:.2f} s, {json_mb / cold:.1f} MB/s of JSON",
+            f"{run.baseline_kind} {run.baseline_rate * json_mb / mb:.1f} MB/s of JSON",
+            ">= 1.0",
+        ),
+        Figure(
+            "warm_cat",
+            regular / warm,
+            f"{warm:.3f} s, {json_mb / warm:.0f} MB/s",
+            f"regular files {json_mb / regular:.0f} MB/s",
+            ">= 0.5",
+        ),
+        Figure("peak_rss_mb", rss.peak / 1e6, f"{rss.peak / 1e6:.0f} MB", "-", "< 300 (1 GB read)"),
+    ]
+
+
+def figure_listing(run: FormatRun) -> list[Figure]:
+    """`ls -l` of N stream views on a second mount vs N regular files."""
+    counts = [run.args.streams] + ([10_000] if run.args.many else [])
+    return [_listing(run, n) for n in counts]
+
+
+def _listing(run: FormatRun, n: int) -> Figure:
+    sample = run.fresh(f"many-{n}/sample")
+    importlib.import_module(f"fmtfs.samples.{run.fmt}").generate(sample, 20)
+    source, plain = run.fresh(f"many-{n}/src"), run.fresh(f"many-{n}/plain")
+    for i in range(n):
+        for path in run.layout.stream_files(sample):
+            shutil.copyfile(path, source / run.layout.renamed(path.name, i))
+    mnt, cache = run.fresh(f"many-{n}/mnt"), run.fresh(f"many-{n}/cache")
+    with mounted(source, mnt, cache):
+        pass
+    with mounted(source, mnt, cache):
+        first = run.layout.stream_files(sample)[0].name
+        views = [mnt / run.layout.stream_view(i, first) for i in range(n)]
+        over_mount = _ls(views)
+    for view in views:
+        target = plain / view.relative_to(mnt)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.touch()
+    regular = _ls([plain / v.relative_to(mnt) for v in views])
+    return Figure(
+        f"ls_{n}",
+        over_mount / regular,
+        f"{over_mount:.2f} s",
+        f"regular files {regular:.3f} s",
+        "< 0.5 s" if n <= 1000 else "< 5 s",
+    )
+
+
+def _ls(paths: list[Path]) -> float:
+    seconds, _ = timed(
+        lambda: subprocess.run(["ls", "-ld", *map(str, paths)], stdout=subprocess.DEVNULL, check=True)
+    )
+    return seconds
+
+
+def figure_write_through(run: FormatRun) -> list[Figure]:
+    """`cat lines >> view` through a mount vs the format's Writer in process,
+    each on its own copy of the source, the same lines."""
+    lines = _lines_to_write(run)
+    through, in_process = run.scratch / "write-mount", run.scratch / "write-process"
+    for copy in (through, in_process):
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(run.source, copy)
+    lines_file = run.scratch / "lines.jsonl"
+    lines_file.write_bytes(lines)
+    mnt = run.scratch / "mnt"
+    with mounted(through, mnt, run.fresh("write-cache")):
+        view = run.layout.write_view(mnt)
+        before = _identities(through)
+        over_mount, _ = timed(
+            lambda: subprocess.run(["sh", "-c", 'cat "$1" >> "$2"', "sh", lines_file, mnt / view], check=True)
+        )
+        if _identities(through) == before:
+            raise SystemExit(f"{run.fmt}: writing {view} changed no native file")
+
+    def encode() -> None:
+        fmt = open_source(in_process, run.fmt, dict(OPTIONS))
+        writer = fmt.writer(view, False)
+        writer.write(parse_lines(lines))
+        writer.sync()
+
+    encoder, _ = timed(encode)
+    count = lines.count(b"\n")
+    return [
+        Figure(
+            "write_through",
+            encoder / over_mount,
+            f"{count} lines in {over_mount:.2f} s",
+            f"in-process writer {encoder:.2f} s",
+            ">= 0.5",
+        )
+    ]
+
+
+def _identities(folder: Path) -> set[tuple[str, int, int]]:
+    return {(p.name, p.stat().st_size, p.stat().st_mtime_ns) for p in folder.iterdir() if p.is_file()}
+
+
+def _lines_to_write(run: FormatRun) -> bytes:
+    """Up to 20,000 lines of the format's own record views (the first glob:
+    gvfs metadata lines are not journal entries), minus the keys the writer
+    assigns (an index or id must be the next one)."""
+    import orjson
+
+    out: list[bytes] = []
+    for path in sorted((run.scratch / "plain-views").glob(run.layout.views[0])):
+        for line in path.read_bytes().splitlines():
+            record = orjson.loads(line)
+            for key in run.layout.positional:
+                record.pop(key, None)
+            out.append(orjson.dumps(record))
+            if len(out) >= 20_000:
+                return b"\n".join(out) + b"\n"
+    return b"\n".join(out) + b"\n"
+
+
+# -- Spark figures ---------------------------------------------------------------
+
+_SPARK: list[Any] = []
+
+
+def spark_session() -> Any:
+    """One local-mode session for the whole run, JVM warmed up."""
+    if not _SPARK:
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+        from pyspark.sql import SparkSession
+
+        from fmtfs.spark import FmtfsDataSource
+
+        spark = (
+            SparkSession.builder.master("local[*]")
+            .appName("fmtfs-bench")
+            .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
+            .config("spark.driver.host", "127.0.0.1")
+            .config("spark.driver.bindAddress", "127.0.0.1")
+            .config("spark.driver.memory", "2g")
+            .getOrCreate()
+        )
+        spark.sparkContext.setLogLevel("ERROR")
+        spark.dataSource.register(FmtfsDataSource)
+        _SPARK.append(spark)
+    return _SPARK[0]
+
+
+def figure_spark(run: FormatRun) -> list[Figure]:
+    """spark.read.json(view folder).count() over a fresh mount (twice) and
+    the data source with default options, each vs a plain local folder."""
+    spark = spark_session()
+    mnt, cache = run.scratch / "mnt", run.scratch / "cache"
+    plain = run.fresh("plain-spark")
+    with mounted(run.source, mnt, cache):
+        for view in (mnt / run.layout.spark_folder).iterdir():
+            if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
+                shutil.copyfile(view, plain / view.name)
+    for _ in range(2):  # JIT and page cache
+        spark.read.json(str(plain)).count()
+    counts = set()
+
+    def count(action: Callable[[], int]) -> float:
+        seconds, rows = timed(action)
+        counts.add(rows)
+        return seconds
+
+    plain_json = lambda: spark.read.json(str(plain)).count()  # noqa: E731
+    before = count(plain_json)
+    with mounted(run.source, mnt, cache):
+        first = count(lambda: spark.read.json(str(mnt / run.layout.spark_folder)).count())
+        second = count(lambda: spark.read.json(str(mnt / run.layout.spark_folder)).count())
+    source = count(
+        lambda: (
+            spark.read.format("fmtfs")
+            .option("format", run.fmt)
+            .option("view", run.layout.spark_folder)
+            .option("cacheDir", str(cache))
+            .load(str(run.source))
+            .count()
+        )
+    )
+    after = count(plain_json)
+    if len(counts) != 1:
+        raise SystemExit(f"{run.fmt}: row counts differ between the ways of reading: {sorted(counts)}")
+    base = (before + after) / 2
+    plain_text = f"plain folder {base:.2f} s"
+    return [
+        Figure("spark_json_first", first / base, f"{first:.2f} s", plain_text, "<= 2.0"),
+        Figure("spark_json_second", second / base, f"{second:.2f} s", plain_text, "<= 1.3"),
+        Figure("data_source", source / base, f"{source:.2f} s", plain_text, "<= 2.0"),
+    ]
+
+
+# The order matters: first_mount builds the index the later figures reuse,
+# figure_cat leaves the view copies figure_write_through takes lines from.
+FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
+    figure_first_mount,
+    figure_cat,
+    figure_listing,
+    figure_write_through,
+]
+SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [figure_spark]
+
+
+# -- driver ----------------------------------------------------------------------
+
+
+def generate(fmt: str, scratch: Path, megabytes: float) -> tuple[Path, int, int]:
+    """A sample source of about `megabytes` of native files: (source, records, bytes)."""
+    sample = importlib.import_module(f"fmtfs.samples.{fmt}")
+    probe = scratch / "probe"
+    probe.mkdir()
+    sample.generate(probe, 2000)
+    per_record = _native_bytes(probe) / 2000
+    shutil.rmtree(probe)
+    records = max(100, int(megabytes * 1e6 / per_record))
+    source = scratch / "src"
+    source.mkdir()
+    if fmt == "beats":  # about 25 MB per segment, as the issue's 100 MB queue of 4
+        sample.generate(source, records, segments=max(1, round(megabytes / 25)))
+    else:
+        sample.generate(source, records)
+    return source, records, _native_bytes(source)
+
+
+def _native_bytes(folder: Path) -> int:
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
+
+
+def bench_format(fmt: str, megabytes: float, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+    (scratch / fmt).mkdir()
+    seconds, (source, records, native) = timed(lambda: generate(fmt, scratch / fmt, megabytes))
+    print(
+        f"\n{fmt}: {records:,} records, {native / 1e6:.1f} MB of native files (generated in {seconds:.0f} s)"
+    )
+    run = FormatRun(fmt, LAYOUTS[fmt], scratch / fmt, source, records, native, args)
+    figures: list[Figure] = []
+    for figure in FIGURES + ([] if args.no_spark else SPARK_FIGURES):
+        for row in figure(run):
+            figures.append(row)
+            print(
+                f"  {row.name:18} {row.ratio:7.2f}   {row.fmtfs:34} vs {row.baseline:36} target {row.target}"
+            )
+    shutil.rmtree(scratch / fmt, ignore_errors=True)
+    return {
+        "records": records,
+        "native_mb": native / 1e6,
+        "json_mb": run.rendered_bytes / 1e6,
+        "baseline": run.baseline_kind,
+        "figures": {row.name: row.ratio for row in figures},
+        "details": {
+            row.name: {"fmtfs": row.fmtfs, "baseline": row.baseline, "target": row.target} for row in figures
+        },
+    }
+
+
+def machine() -> dict[str, Any]:
+    load = os.getloadavg()
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(),
+        "load_average": [round(x, 2) for x in load],
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+    }
+
+
+def print_table(results: dict[str, Any]) -> None:
+    names = list(dict.fromkeys(name for r in results["formats"].values() for name in r["figures"]))
+    formats = list(results["formats"])
+    targets = {n: d["target"] for r in results["formats"].values() for n, d in r["details"].items()}
+    print(f"\n{'figure':18} " + " ".join(f"{f:>9}" for f in formats) + "   target")
+    for name in names:
+        cells = (results["formats"][f]["figures"].get(name) for f in formats)
+        print(f"{name:18} " + " ".join(f"{c:9.2f}" if c is not None else f"{'-':>9}" for c in cells), end="")
+        print(f"   {targets[name]}")
+    m = results["machine"]
+    print(f"\n{m['date']}, {m['cpus']} CPUs, load average {m['load_average']}, Python {m['python']}")
+
+
+def parse_formats(text: str, size: float) -> dict[str, float]:
+    """ "beats,gvfs=20" -> {"beats": size, "gvfs": 20.0}."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, mb = item.partition("=")
+        if name not in FORMATS:
+            raise SystemExit(f"unknown format {name!r} (choose from {', '.join(FORMATS)})")
+        out[name] = float(mb) if mb else size
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    parser.add_argument("size", type=float, help="MB of native data generated per format")
+    parser.add_argument(
+        "--formats", default=",".join(FORMATS), help="comma-separated; FORMAT=MB overrides the size (gvfs=20)"
+    )
+    parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark figures")
+    parser.add_argument(
+        "--streams", type=int, default=1000, help="stream views listed by ls_N (default 1000)"
+    )
+    parser.add_argument("--many", action="store_true", help="also list 10,000 stream views")
+    parser.add_argument(
+        "--scratch", type=Path, help="folder for sources and mounts (default: a temporary one)"
+    )
+    args = parser.parse_args(argv)
+    plan = parse_formats(args.formats, args.size)
+    results: dict[str, Any] = {"size_mb": args.size, "machine": machine(), "formats": {}}
+    with tempfile.TemporaryDirectory(prefix="fmtfs-bench-", dir=args.scratch) as scratch:
+        try:
+            for fmt, megabytes in plan.items():
+                results["formats"][fmt] = bench_format(fmt, megabytes, args, Path(scratch))
+        finally:
+            if _SPARK:
+                _SPARK[0].stop()
+    results["machine"]["load_average_after"] = [round(x, 2) for x in os.getloadavg()]
+    print_table(results)
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,165 @@
+"""The benchmark's baselines: decode + render native files the plainest way.
+
+Each loop reads one native file and returns the JSON Lines bytes its record
+view shows, single-threaded, with the cyclic GC paused, and with nothing of
+fmtfs in it (only the byte layouts of `/work/shared/specs`, struct, zlib,
+cbor2 and orjson).  They are what "as tight as a plain loop" means in
+`scripts/bench.py`: fmtfs's own decode is measured against them, so they
+must not share its code (a slow helper would slow both sides alike).
+
+Formats whose records need a real schema machinery to decode (proio's
+protobuf entries, gvfs's tree replay) have no loop here; the bench measures
+them against fmtfs's in-process single-thread decode instead and says so.
+"""
+
+from __future__ import annotations
+
+import base64
+import gc
+import struct
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import cbor2
+import orjson
+
+_SECONDS: dict[int, str] = {}  # whole second -> "YYYY-MM-DDTHH:MM:SS"
+
+
+def _second_text(seconds: int) -> str:
+    text = _SECONDS.get(seconds)
+    if text is None:
+        tm = time.gmtime(seconds)
+        text = _SECONDS[seconds] = (
+            f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d}"
+        )
+    return text
+
+
+def rfc3339_ns(ns: int) -> str:
+    seconds, fraction = divmod(ns, 1_000_000_000)
+    return f"{_second_text(seconds)}.{fraction:09d}Z"
+
+
+def rfc3339_ms(ms: int) -> str:
+    seconds, fraction = divmod(ms, 1000)
+    return f"{_second_text(seconds)}.{fraction:03d}Z"
+
+
+def _data(record: dict, payload: bytes) -> dict:
+    try:
+        record["data"] = payload.decode("utf-8")
+    except UnicodeDecodeError:
+        record["data_base64"] = base64.b64encode(payload).decode("ascii")
+    return record
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    was_on = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_on:
+            gc.enable()
+
+
+def _lines(records: list[dict]) -> bytes:
+    if not records:
+        return b""
+    return b"\n".join(map(orjson.dumps, records)) + b"\n"
+
+
+def beats_segment(path: Path) -> bytes:
+    """A plaintext version-2 segment (12-byte header): frame walk, CRC-32,
+    cbor2, RFC 3339 nanoseconds, orjson."""
+    data = path.read_bytes()
+    view = memoryview(data)
+    unpack_u32 = struct.Struct("<I").unpack_from
+    unpack_footer = struct.Struct("<II").unpack_from
+    crc32, loads = zlib.crc32, cbor2.loads
+    records = []
+    offset, end = 12, len(data)
+    with gc_paused():
+        while offset + 4 <= end:
+            (size,) = unpack_u32(data, offset)
+            if size <= 12 or offset + size > end:
+                break
+            crc, repeated = unpack_footer(data, offset + size - 8)
+            if repeated != size or crc != crc32(view[offset : offset + size - 8]):
+                break
+            event = loads(view[offset + 4 : offset + size - 8])
+            event["timestamp"] = rfc3339_ns(event["timestamp"])
+            records.append(event)
+            offset += size
+        return _lines(records)
+
+
+def wallaby_log(path: Path) -> bytes:
+    """A wallaby log (header size from its index's first record):
+    {"index", "time", "flags", "data"|"data_base64"} per record."""
+    data = path.read_bytes()
+    idx = path.with_name(path.name + ".idx").read_bytes()
+    offset = int.from_bytes(idx[32:40], "little") if len(idx) >= 40 else 16
+    unpack = struct.Struct("<IIq").unpack_from
+    records = []
+    end, seq = len(data), 0
+    with gc_paused():
+        while offset + 16 <= end:
+            size, flags, stamp = unpack(data, offset)
+            if stamp == 0 or offset + 16 + size > end:
+                break
+            body = offset + 16
+            records.append(
+                _data({"index": seq, "time": rfc3339_ns(stamp), "flags": flags}, data[body : body + size])
+            )
+            seq += 1
+            offset = body + size
+        return _lines(records)
+
+
+def kestrel_writer_file(path: Path) -> bytes:
+    """A kestrel 3 writer file: its PUT records as
+    {"id", "add_time", ["expire_time"], "error_count", "data"|"data_base64"}."""
+    data = path.read_bytes()
+    put = struct.Struct("<iiqq").unpack_from
+    expiry = struct.Struct("<q").unpack_from
+    word = struct.Struct("<i").unpack_from
+    records = []
+    pos, end = 4, len(data)
+    with gc_paused():
+        while pos < end and data[pos]:
+            cmd, hs = data[pos] >> 4, data[pos] & 0xF
+            if cmd == 8:
+                size, errors, ident, added = put(data, pos + 1)
+                record = {"id": ident, "add_time": rfc3339_ms(added)}
+                if hs > 6:
+                    record["expire_time"] = rfc3339_ms(expiry(data, pos + 25)[0])
+                record["error_count"] = errors
+                start = pos + 1 + 4 * hs
+                records.append(_data(record, data[start : start + size]))
+                pos = start + size
+            else:
+                size = word(data, pos + 1)[0] if cmd >= 8 else 0
+                pos += 1 + 4 * hs + size
+        return _lines(records)
+
+
+# format -> (the native files of a source its loop reads, the loop)
+PLAIN_LOOPS: dict[str, tuple[Callable[[Path], list[Path]], Callable[[Path], bytes]]] = {
+    "beats": (lambda source: sorted(source.glob("*.seg")), beats_segment),
+    "wallaby": (
+        lambda source: sorted(p.with_suffix("") for p in source.glob("*.idx")),
+        wallaby_log,
+    ),
+    "kestrel": (
+        lambda source: sorted(
+            p for p in source.iterdir() if p.suffix[1:].isdigit() and ".read." not in p.name
+        ),
+        kestrel_writer_file,
+    ),
+}

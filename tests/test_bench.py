@@ -1,0 +1,54 @@
+"""A smoke run of scripts/bench.py on a tiny size: every figure comes out as
+a positive number in the JSON.  Nothing here is timed or compared with a
+target: the bench prints ratios, tests never assert speed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
+FIGURES = {"first_mount", "cold_cat", "warm_cat", "peak_rss_mb", "ls_20", "write_through"}
+SPARK_FIGURES = {"spark_json_first", "spark_json_second", "data_source"}
+
+
+def bench(tmp_path: Path, *args: str) -> dict:
+    out = tmp_path / "bench.json"
+    subprocess.run(
+        [sys.executable, str(BENCH), "0.2", "--streams", "20", "--json", str(out), *args],
+        check=True,
+        timeout=900,
+        capture_output=True,
+    )
+    return json.loads(out.read_text())
+
+
+def assert_figures(result: dict, fmt: str, expected: set[str]) -> None:
+    figures = result["formats"][fmt]["figures"]
+    assert set(figures) == expected
+    for name, value in figures.items():
+        assert isinstance(value, float) and value > 0, (fmt, name, value)
+    assert result["formats"][fmt]["records"] > 0
+
+
+def test_bench_beats_with_spark(tmp_path: Path) -> None:
+    result = bench(tmp_path, "--formats", "beats")
+    assert_figures(result, "beats", FIGURES | SPARK_FIGURES)
+    assert result["formats"]["beats"]["baseline"] == "plain loop"
+    assert result["machine"]["cpus"] > 0
+
+
+def test_bench_wallaby_and_gvfs_without_spark(tmp_path: Path) -> None:
+    result = bench(tmp_path, "--formats", "wallaby,gvfs", "--no-spark")
+    for fmt in ("wallaby", "gvfs"):
+        assert_figures(result, fmt, FIGURES)
+    assert result["formats"]["gvfs"]["baseline"] == "fmtfs-1t"
+
+
+def test_help_names_every_figure() -> None:
+    done = subprocess.run([sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=True)
+    documented = FIGURES - {"ls_20"} | {"ls_N", "spark_json", "data_source"}
+    for name in documented:
+        assert name in done.stdout, name
