@@ -677,6 +677,8 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     plan = parse_formats(args.formats, args.size)
     results: dict[str, Any] = {"size_mb": args.size, "machine": machine(), "formats": {}}
+    if args.scratch is not None:
+        args.scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fmtfs-bench-", dir=args.scratch) as scratch:
         try:
             for fmt, megabytes in plan.items():
