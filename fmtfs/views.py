@@ -396,6 +396,7 @@ class SourceTree:
         files: dict[str, ViewFile] = {}
         streams = self.format.streams()
         entries: list[StreamEntry] = []
+        shares: dict[str, list[IndexedFile]] = {}
         self.index_failures: list[Problem] = []
         for stream in streams:
             try:
@@ -406,7 +407,11 @@ class SourceTree:
                 continue
             entries.append(entry)
             for view in entry.views:
-                files[view] = IndexedFile(self.index, entry, view)
+                shares.setdefault(view, []).append(IndexedFile(self.index, entry, view))
+        # a view fed by several streams (a time bucket spanning beats segments
+        # or kestrel writer files) is their shares joined in stream order
+        for view, parts in shares.items():
+            files[view] = parts[0] if len(parts) == 1 else SlicedFile([(part, 0) for part in parts])
         self.index.forget_missing({s.name for s in streams})
         for path, render in self.format.derived_views().items():
             if isinstance(render, list):  # ViewSlices of indexed views

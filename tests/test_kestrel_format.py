@@ -34,7 +34,7 @@ def scan_all(stream, start=None):
 
 
 def records(stream, start=None) -> list[dict]:
-    return [r for c in scan_all(stream, start)[0] for rs in c.records.values() for r in rs]
+    return [r for c in scan_all(stream, start)[0] for r in c.records[stream.view]]
 
 
 def by_view(fmt) -> dict[str, list[dict]]:
@@ -69,8 +69,8 @@ def test_fixture_vectors_as_a_queue(tmp_path):
         ],
     }
     views = fmt.derived_views()
-    assert views["jobs/readers/_default.json"]() == b'{"reader":"","head":1,"done":[3,4]}\n'
-    assert [r["id"] for r in views["jobs/pending/_default.jsonl"]()] == [100, 101]
+    assert views["jobs/readers/default.json"]() == b'{"reader":"","head":1,"done":[3,4]}\n'
+    assert [r["id"] for r in views["jobs/pending/default.jsonl"]()] == [100, 101]
 
 
 def test_files_ordered_by_first_id_and_temporaries_ignored(tmp_path):
@@ -158,8 +158,8 @@ def test_reader_views_and_problems(tmp_path):
     (tmp_path / "q.read.alien").write_bytes(WRITER_MAGIC)
     fmt = KestrelFormat(tmp_path, {})
     views = fmt.derived_views()
-    assert orjson.loads(views["q/readers/_default.json"]()) == {"reader": "", "head": 3, "done": [5, 7]}
-    assert [r["id"] for r in views["q/pending/_default.jsonl"]()] == [4, 6, 8, 9, 10]
+    assert orjson.loads(views["q/readers/default.json"]()) == {"reader": "", "head": 3, "done": [5, 7]}
+    assert [r["id"] for r in views["q/pending/default.jsonl"]()] == [4, 6, 8, 9, 10]
     assert views["q/readers/a%25b.c.json"]() == b'{"reader":"a%b.c","head":8,"done":[9,10]}\n'
     assert views["q/pending/a%25b.c.jsonl"]() == []
     assert "q/readers/broken.json" not in views and "q/readers/alien.json" not in views
@@ -205,14 +205,19 @@ def test_sample(tmp_path):
     assert all((root / n).read_bytes() == (tmp_path / "t" / n).read_bytes() for n in names)
 
 
-def test_a_reader_named_default_does_not_hide_the_default_reader(tmp_path):
+def test_the_default_reader_is_shown_as_default_and_a_reader_named_default_is_encoded(tmp_path):
     put_file(tmp_path / "q.1", [1, 2, 3])
     magic = b"\x26\x3c\x26\x03"
     (tmp_path / "q.read.").write_bytes(magic + encode_read_head(1))
-    (tmp_path / "q.read._default").write_bytes(magic + encode_read_head(2))
-    views = KestrelFormat(tmp_path, {}).derived_views()
-    assert orjson.loads(views["q/readers/_default.json"]())["head"] == 1
-    assert [r["id"] for r in views["q/pending/_default.jsonl"]()] == [2, 3]
+    (tmp_path / "q.read.default").write_bytes(magic + encode_read_head(2))
+    fmt = KestrelFormat(tmp_path, {})
+    views = fmt.derived_views()
+    assert orjson.loads(views["q/readers/default.json"]()) == {"reader": "", "head": 1, "done": []}
+    assert [r["id"] for r in views["q/pending/default.jsonl"]()] == [2, 3]
+    assert orjson.loads(views["q/readers/%64efault.json"]())["reader"] == "default"
+    assert [r["id"] for r in views["q/pending/%64efault.jsonl"]()] == [3]
+    assert fmt.writer("q/readers/%64efault.json", False).reader == "default"
+    assert fmt.writer("q/readers/default.json", False).reader == ""
 
 
 def test_a_queue_named_with_a_leading_dot_is_shown_encoded(tmp_path: Path) -> None:

@@ -189,7 +189,7 @@ def test_reader_rewrite_is_byte_exact_and_atomic(tmp_path):
     shutil.copy(FIXTURES / "example_hello.journal", tmp_path / "q.1")
     shutil.copy(FIXTURES / "spec_whole_read_file.read", tmp_path / "q.read.")
     fmt = KestrelFormat(tmp_path, {})
-    w = fmt.writer("q/readers/_default.json", False)
+    w = fmt.writer("q/readers/default.json", False)
     assert w.mode == "replace"
     inode = (tmp_path / "q.read.").stat().st_ino
     w.write([{"reader": "", "head": 1, "done": [4, 3, 4]}])
@@ -197,7 +197,7 @@ def test_reader_rewrite_is_byte_exact_and_atomic(tmp_path):
     assert (tmp_path / "q.read.").stat().st_ino != inode  # renamed over, not rewritten in place
     assert sorted(os.listdir(tmp_path)) == ["q.1", "q.read."]  # no ~~ temporary left
     views = KestrelFormat(tmp_path, {}).derived_views()
-    assert views["q/readers/_default.json"]() == b'{"reader":"","head":1,"done":[3,4]}\n'
+    assert views["q/readers/default.json"]() == b'{"reader":"","head":1,"done":[3,4]}\n'
 
 
 def test_new_reader_and_round_trip_of_the_view(tmp_path):

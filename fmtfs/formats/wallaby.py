@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
 from fmtfs.formats.files import fsync_path, read_prefix
+from fmtfs.formats.timerange import text_range
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
 
 LOG_MAGIC = b"LOG\x01"
@@ -102,7 +103,8 @@ class WallabyLog(Stream):
     """One log file; records are scanned from the log itself, which is the
     truth: a missing or lagging .idx only matters to the writer."""
 
-    renderer_version = 1
+    renderer_version = 2
+    time_field = ("time", "ns")  # the time column and its unit (time filters)
 
     def __init__(self, path: Path, time_bucket: str) -> None:
         self.folder = encode_name(path.name)
@@ -137,7 +139,8 @@ class WallabyLog(Stream):
             records, stop, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end)
             count = len(records[self.records_view])
             if count:
-                yield Chunk(offset, stop, {"seq": seq}, records)
+                times = text_range((r["time"] for r in records[self.records_view]), "ns")
+                yield Chunk(offset, stop, {"seq": seq}, records, times=times)
             if problem is not None:
                 yield problem
                 return

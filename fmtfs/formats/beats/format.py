@@ -110,7 +110,8 @@ class BeatsFormat(Format):
         for seg_id, path in current:
             stream = self._streams.get(seg_id)
             if stream is None or stream.path != path:
-                stream = self._streams[seg_id] = SegmentStream(seg_id, path, self.key)
+                bucket = self.options.get("time_bucket") or "hour"
+                stream = self._streams[seg_id] = SegmentStream(seg_id, path, self.key, bucket)
             out.append(stream)
         self._newest = current[-1][0] if current else None
         return out

@@ -9,6 +9,10 @@ from pathlib import Path
 from fmtfs.formats.base import Chunk, Problem, Record, Stream
 from fmtfs.formats.beats.layout import HeaderError
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
+from fmtfs.formats.timerange import bucket_views, text_range
+
+BUCKETS = "buckets"
+TIME_KEY = "timestamp"
 
 
 def view_path(segment_id: int) -> str:
@@ -16,12 +20,18 @@ def view_path(segment_id: int) -> str:
 
 
 class SegmentStream(Stream):
-    renderer_version = 1
+    """One segment: its `segments/<id>.jsonl` view, and its share of every
+    `buckets/<bucket>.jsonl` (the view layer joins the shares of all
+    segments in id order, so a bucket spans the queue)."""
 
-    def __init__(self, segment_id: int, path: Path, key: bytes | None) -> None:
+    renderer_version = 2
+    time_field = (TIME_KEY, "ns")  # the time column and its unit (time filters)
+
+    def __init__(self, segment_id: int, path: Path, key: bytes | None, time_bucket: str = "hour") -> None:
         super().__init__(f"segments/{segment_id}", path)
         self.segment_id = segment_id
         self.view = view_path(segment_id)
+        self.time_bucket = time_bucket
         self._key = key
         self._cached: tuple[tuple[int, int, int], Segment] | None = None
 
@@ -52,12 +62,19 @@ class SegmentStream(Stream):
             return
         for item in seg.runs_from(start, state):
             if isinstance(item, Run):
-                yield Chunk(item.start, item.end, item.state, {self.view: item.records})
+                times = text_range((r.get(TIME_KEY) for r in item.records), "ns")
+                views = self._views(item.records)
+                yield Chunk(item.start, item.end, item.state, views, times=times)
             else:
                 yield item
 
+    def _views(self, records: list[Record]) -> dict[str, list[Record]]:
+        views = {self.view: records}  # the segment view first: chunk counts are its
+        views.update(bucket_views(records, TIME_KEY, "ns", self.time_bucket, BUCKETS))
+        return views
+
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
-        return {self.view: self.open().decode_chunk(chunk.state, chunk.end)}
+        return self._views(self.open().decode_chunk(chunk.state, chunk.end))
 
     def view_paths(self) -> list[str]:
         return [self.view]

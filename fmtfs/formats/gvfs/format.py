@@ -32,6 +32,7 @@ from fmtfs.formats.gvfs.journal import (
 )
 from fmtfs.formats.gvfs.records import entry_record, metadata_records, record_entry
 from fmtfs.formats.gvfs.tree import TreeError
+from fmtfs.formats.timerange import text_range
 from fmtfs.shape import decode_name, encode_name
 
 JOURNAL_VIEW = "journal.jsonl"
@@ -42,6 +43,9 @@ CHUNK_RECORDS = 2000
 class GvfsJournalStream(Stream):
     """One tree's live journal.  The stream is named after the journal file,
     so a rotation (new tag, new file) starts a new stream."""
+
+    renderer_version = 2  # chunks carry their time range
+    time_field = ("time", "s")  # the time column and its unit (time filters)
 
     def __init__(self, path: Path, tree: str, tag: int) -> None:
         super().__init__(path.name, path)
@@ -94,7 +98,8 @@ class GvfsJournalStream(Stream):
             yield self._chunk(chunk_start, off, chunk_index, records)
 
     def _chunk(self, start: int, end: int, first: int, records: list[Record]) -> Chunk:
-        return Chunk(start, end, {"entries": first}, {self.view: records})
+        times = text_range((r.get("time") for r in records), "s")
+        return Chunk(start, end, {"entries": first}, {self.view: records}, times=times)
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         data = self._data()

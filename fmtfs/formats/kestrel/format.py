@@ -3,12 +3,12 @@
 Decisions where LAYOUT.md leaves room:
 - `<queue>/readers/<reader>.json` is one JSON object and a newline,
   `{"reader": NAME, "head": H, "done": [ids ascending]}`, NAME being the
-  native reader name ("" for the default reader, whose file is `_default`).
+  native reader name ("" for the default reader, whose file is `default`;
+  a reader really named `default` is `%64efault`).
   head and done are the file's own values (last READ_HEAD, union of the
   READ_DONE sets), not kestrel's load-time clamps.  A reader file that does
   not parse gets no views and is listed by problems(); writing its
-  `readers/` path replaces it.  A named reader literally called `_default`
-  would share the default reader's path: the default reader wins writes.
+  `readers/` path replaces it.
 - Writing `readers/<reader>.json`: keys reader (optional, must match the
   path), head (required), done (optional, ids above head); anything else is
   EINVAL.  The file is replaced as kestrel's checkpoint does it.
@@ -38,16 +38,16 @@ from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, scan_folder
 from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
 from fmtfs.formats.kestrel.records import READER_MAGIC, Corrupt
 from fmtfs.formats.kestrel.shapes import (
-    DEFAULT_READER,
     item_record,
     items_view,
     pending_view,
     put_record,
+    reader_of_component,
     reader_view,
 )
 from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
 from fmtfs.formats.kestrel.writers import DEFAULT_JOURNAL_SIZE, PutWriter, ReaderWriter
-from fmtfs.shape import decode_name, encode_name
+from fmtfs.shape import encode_name
 
 
 class KestrelFormat(Format):
@@ -78,7 +78,8 @@ class KestrelFormat(Format):
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
         for _, queue in sorted(self._queues().items()):
-            out.extend(WriterStream(w) for w in queue.writers)
+            bucket = self.options.get("time_bucket") or "hour"
+            out.extend(WriterStream(w, bucket) for w in queue.writers)
             out.extend(LegacyStream(f) for f in queue.legacy)
         return out
 
@@ -125,8 +126,6 @@ class KestrelFormat(Format):
         for _, queue in sorted(self._queues().items()):
             states, _ = self._reader_states(queue)
             for reader, state in sorted(states.items()):
-                if reader_view(queue.name, reader) in views:
-                    continue  # a reader named "_default": the default reader keeps the path
                 body = orjson.dumps(state.as_json(reader)) + b"\n"
                 views[reader_view(queue.name, reader)] = lambda body=body: body
                 views[pending_view(queue.name, reader)] = lambda queue=queue, state=state: pending_records(
@@ -148,7 +147,7 @@ class KestrelFormat(Format):
                     for w in queue.writers
                 ]
             if queue.readers:
-                entry["readers"] = [r.reader or DEFAULT_READER for r in queue.readers]
+                entry["readers"] = [r.reader for r in queue.readers]
             if queue.legacy:
                 entry["legacy_files"] = [f.path.name for f in queue.legacy]
                 entry["replay_order"] = [f.path.name for f in queue.replay]
@@ -181,14 +180,13 @@ class KestrelFormat(Format):
                 raise ReadOnlyView(f"{view_path}: kestrel 2.x journals are read-only", read_only_kind=True)
             raise FileNotFoundError(view_path)
         if kind == "readers" and leaf.endswith(".json"):
-            stem = leaf[: -len(".json")]
-            reader = "" if stem == DEFAULT_READER else decode_name(stem)
-            if encode_name(reader) != stem and stem != DEFAULT_READER:
+            reader = reader_of_component(leaf[: -len(".json")])
+            if reader is None:
                 raise FileNotFoundError(view_path)
             if reader and ("/" in reader or "\x00" in reader or "~" in reader):
                 raise FileNotFoundError(f"{view_path}: kestrel cannot name a reader so")
             return ReaderWriter(self.source, queue.name, reader)
-        if kind == "pending" and leaf.endswith(".jsonl"):
+        if kind in ("pending", "buckets") and leaf.endswith(".jsonl"):
             raise ReadOnlyView(view_path)
         raise FileNotFoundError(view_path)
 

@@ -21,7 +21,6 @@ from fmtfs.formats.kestrel.records import (
     encode_reader_file,
     iter_records,
 )
-from fmtfs.formats.kestrel.shapes import DEFAULT_READER
 from fmtfs.permissions import inherit
 
 
@@ -72,8 +71,7 @@ def validate_state(obj: Any, reader: str) -> tuple[int, list[int]]:
         raise BadRecord(f"unknown field {extra[0]!r} (a reader has reader, head, done)")
     if "reader" in obj:
         given = obj["reader"]
-        allowed = {reader} | ({DEFAULT_READER} if reader == "" else set())
-        if given not in allowed:
+        if given != reader:
             raise BadRecord(f"reader: {given!r} does not match the file name (reader {reader!r})")
     head = _id(obj.get("head", None), "head", allow_zero=True)
     done_in = obj.get("done", [])

@@ -5,9 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from fmtfs.formats.kestrel import legacy
-from fmtfs.shape import encode_name, format_time, put_data
+from fmtfs.shape import decode_name, encode_name, format_time, put_data
 
-DEFAULT_READER = "_default"
+# The default reader (empty name) is shown as `default`, so Spark (which
+# skips names starting with `_` or `.`) reads its pending items; a reader
+# really named `default` is shown as `%64efault`, as a leading `.` is `%2E`.
+DEFAULT_READER = "default"
+_NAMED_DEFAULT = "%64efault"
 
 # RFC 3339 has four-digit years: 0001-01-01T00:00:00Z .. 9999-12-31T23:59:59Z.
 _FIRST_SECOND = -62_135_596_800
@@ -78,11 +82,26 @@ def item_record(item: legacy.Item) -> dict[str, Any]:
 
 
 def reader_component(reader: str) -> str:
-    return encode_name(reader) if reader else DEFAULT_READER
+    if not reader:
+        return DEFAULT_READER
+    return _NAMED_DEFAULT if reader == DEFAULT_READER else encode_name(reader)
+
+
+def reader_of_component(component: str) -> str | None:
+    """The reader name a `readers/` or `pending/` file name shows, or None
+    when no reader name is shown so."""
+    if component == DEFAULT_READER:
+        return ""
+    reader = DEFAULT_READER if component == _NAMED_DEFAULT else decode_name(component)
+    return reader if reader and reader_component(reader) == component else None
 
 
 def journal_view(queue: str, number: int) -> str:
     return f"{encode_name(queue)}/journal/{number}.jsonl"
+
+
+def buckets_folder(queue: str) -> str:
+    return f"{encode_name(queue)}/buckets"
 
 
 def legacy_view(queue: str, file_name: str) -> str:

@@ -22,9 +22,18 @@ from fmtfs.formats.kestrel.records import (
     check_magic,
     read_record,
 )
-from fmtfs.formats.kestrel.shapes import journal_view, legacy_view, ms_text, op_record, put_record
+from fmtfs.formats.kestrel.shapes import (
+    buckets_folder,
+    journal_view,
+    legacy_view,
+    ms_text,
+    op_record,
+    put_record,
+)
+from fmtfs.formats.timerange import bucket_views, text_range
 from fmtfs.shape import put_data
 
+TIME_KEY = "add_time"
 CHUNK_RECORDS = 2000
 CHUNK_BYTES = 1 << 20
 
@@ -87,7 +96,7 @@ class _ChunkedStream(Stream):
                 buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped
             )
             if after > pos:
-                yield Chunk(pos, after, {}, {self.view: out})
+                yield Chunk(pos, after, {}, self._views(out), times=self._times(out))
             yield from skipped
             if failure is not None:
                 yield failure
@@ -100,16 +109,39 @@ class _ChunkedStream(Stream):
             buf = os.pread(f.fileno(), chunk.end - chunk.start, chunk.start)
         out: list[Record] = []
         self._run(buf, 0, len(buf), len(buf) + 1, len(buf) + 1, out, [])
-        return {self.view: out}
+        return self._views(out)
+
+    def _views(self, records: list[Record]) -> dict[str, list[Record]]:
+        """The views a run of records feeds, the stream's own view first."""
+        return {self.view: records}
+
+    def _times(self, records: list[Record]) -> tuple[int, int] | None:
+        return None
 
 
 class WriterStream(_ChunkedStream):
-    """A libkestrel writer file `<queue>.<n>`: PUT records."""
+    """A libkestrel writer file `<queue>.<n>`: PUT records, in its journal
+    view and in its share of the queue's `buckets/<bucket>.jsonl` by
+    add_time (the view layer joins the shares of the writer files in queue
+    order)."""
 
-    def __init__(self, wf: WriterFile) -> None:
+    renderer_version = 2
+    time_field = (TIME_KEY, "ms")  # the time column and its unit (time filters)
+
+    def __init__(self, wf: WriterFile, time_bucket: str = "hour") -> None:
         self.view = journal_view(wf.queue, wf.number)
         super().__init__(self.view[: -len(".jsonl")], wf.path)
         self.file = wf
+        self.time_bucket = time_bucket
+        self.buckets = buckets_folder(wf.queue)
+
+    def _views(self, records: list[Record]) -> dict[str, list[Record]]:
+        views = {self.view: records}
+        views.update(bucket_views(records, TIME_KEY, "ms", self.time_bucket, self.buckets))
+        return views
+
+    def _times(self, records: list[Record]) -> tuple[int, int] | None:
+        return text_range((r[TIME_KEY] for r in records), "ms")
 
     def _first(self, buf) -> int:
         check_magic(buf, WRITER_MAGIC, "journal")

@@ -1,0 +1,65 @@
+"""Record times for the chunk index: a chunk's time range and time buckets.
+
+Records hold their time as RFC 3339 text with the format's native precision
+(fmtfs.shape.format_time), so every well-formed time of one column has the
+same width and text order *is* time order.  That makes both jobs cheap:
+
+- a chunk's range is the text minimum and maximum, parsed once each;
+- a record's bucket is a prefix of its time text (`2015-05-17T21` for an
+  hour), the same names wallaby's Bucketer gives.
+
+A chunk whose time column holds something else (a raw integer for a time
+beyond the calendar, a non-time string) gets no range (None): a time filter
+then always keeps it, which is never wrong.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from fmtfs.formats.base import BadRecord, Record
+from fmtfs.shape import parse_time
+
+# Width of a well-formed time text per native unit (years 0001-9999).
+TEXT_WIDTH = {"ns": 30, "us": 27, "ms": 24, "s": 20}
+# Length of the time text prefix naming a bucket, per --time-bucket.
+BUCKET_PREFIX = {"minute": 16, "hour": 13, "day": 10}
+
+
+def text_range(values: Iterable[object], unit: str) -> tuple[int, int] | None:
+    """(earliest, latest) in ns of the time texts `values` (None is skipped),
+    or None when there is none or one is not a well-formed time."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    try:
+        low, high = min(present), max(present)  # mixed kinds raise TypeError
+    except TypeError:
+        return None
+    width = TEXT_WIDTH[unit]
+    if type(low) is not str or type(high) is not str or len(low) != width or len(high) != width:
+        return None
+    try:
+        return parse_time(low, "ns"), parse_time(high, "ns")
+    except BadRecord:
+        return None
+
+
+def bucket_views(
+    records: list[Record], key: str, unit: str, time_bucket: str, folder: str
+) -> dict[str, list[Record]]:
+    """`records` grouped into `<folder>/<bucket>.jsonl` by the bucket of their
+    `key` time, keeping their order; records without a well-formed time are
+    in no bucket."""
+    cut = BUCKET_PREFIX[time_bucket]
+    width = TEXT_WIDTH[unit]
+    out: dict[str, list[Record]] = {}
+    for record in records:
+        text = record.get(key)
+        if type(text) is str and len(text) == width:
+            name = f"{folder}/{text[:cut]}.jsonl"
+            bucket = out.get(name)
+            if bucket is None:
+                bucket = out[name] = []
+            bucket.append(record)
+    return out
