@@ -258,30 +258,35 @@ def test_data_source_equals_json_view(spark, sources, name) -> None:
         assert json_df.exceptAll(df).count() == 0, rel
 
 
-def test_data_source_one_partition_per_chunk(spark, sources) -> None:
-    """Partitions come from the chunk index, not from the file sizes."""
+def test_data_source_partitions_are_packed_from_chunks(spark, tmp_path) -> None:
+    """Partitions come from the chunk index: by default packed to Spark's
+    split size, or one per `partitionBytes` worth of chunks, or a fixed
+    number of chunks; every packing gives the same rows."""
     from fmtfs.spark import FmtfsDataSource, open_tree, plan_partitions, view_files
 
     spark.dataSource.register(FmtfsDataSource)
-    name = FORMATS[0]
-    source, cache, mnt = sources[name]
-    rel = max(view_folders(mnt).items(), key=lambda item: sum(f.stat().st_size for f in item[1]))[0]
-    opts = {"path": str(source), "view": rel, "cachedir": str(cache), "timebucket": "hour"}
+    (tmp_path / "src").mkdir()
+    source = importlib.import_module("fmtfs.samples.wallaby").generate(tmp_path / "src", 30_000)
+    cache, rel = tmp_path / "cache", "events.log/records.jsonl"
+    opts = {"path": str(source), "view": rel, "cachedir": str(cache), "partitionbytes": str(4 << 20)}
     tree = open_tree(opts)
-    parts = plan_partitions(tree, view_files(tree, rel))
-    df = spark.read.format("fmtfs").option("view", rel).option("cacheDir", str(cache)).load(str(source))
-    chunks = sum(len(p.chunks) if hasattr(p, "chunks") else 1 for p in parts)
-    assert df.rdd.getNumPartitions() == len(parts) == chunks >= 1
-    # grouped: fewer tasks, the same rows
-    grouped = (
-        spark.read.format("fmtfs")
-        .option("view", rel)
-        .option("cacheDir", str(cache))
-        .option("chunksPerPartition", "3")
-        .load(str(source))
-    )
-    assert grouped.rdd.getNumPartitions() == len(plan_partitions(tree, view_files(tree, rel), 3))
-    assert grouped.count() == df.count() and grouped.exceptAll(df).count() == 0
+    views = view_files(tree, rel)
+    chunks = sum(len(p.pieces) for p in plan_partitions(tree, views, opts))
+
+    def read(**options: str):
+        reader = spark.read.format("fmtfs").option("view", rel).option("cacheDir", str(cache))
+        for key, value in options.items():
+            reader = reader.option(key, value)
+        return reader.load(str(source))
+
+    default = read(partitionBytes=str(4 << 20))  # Spark's smallest default split
+    assert default.rdd.getNumPartitions() == len(plan_partitions(tree, views, opts)) < chunks
+    per_chunk = read(partitionBytes="1")
+    assert per_chunk.rdd.getNumPartitions() == chunks > 1
+    grouped = read(chunksPerPartition="3")
+    assert grouped.rdd.getNumPartitions() == -(-chunks // 3)
+    for df in (per_chunk, grouped):
+        assert df.count() == default.count() and df.exceptAll(default).count() == 0
 
 
 def test_data_source_typed_equals_parquet_twin(spark, sources) -> None:

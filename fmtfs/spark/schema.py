@@ -1,0 +1,164 @@
+"""The DataFrame's columns, inferred from the view's records on the driver.
+
+By default (`types` = `json`) the columns are those `spark.read.json`
+gives for the same view: the union of the keys of the records, sorted by
+name at every level, objects as structs, numbers as long/double, times and
+`data`/`data_base64` as strings, conflicting kinds as JSON text,
+always-empty objects left out (integers beyond int64 are strings here,
+where Spark infers decimals).  With `types` = `parquet` they are those of
+the view's Parquet twin (timestamps, binary bytes, `K_ns` for nanosecond
+times; see fmtfs.parquet).
+
+Inference decodes a sample of the view's chunks, spread evenly from its
+first to its last (option `inferChunks`, default 8; `all` decodes every
+chunk, as spark.read.json reads every line), so it costs a few chunks, not
+a second pass over the data.  A key found in no sampled chunk is not a
+column (as with spark.read.json's samplingRatio); give `.schema(...)` or
+`inferChunks=all` when that matters.  The result is cached under
+`cacheDir` per state of the source."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DataType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+)
+
+from fmtfs import parquet
+from fmtfs.spark.plan import Piece, view_pieces
+from fmtfs.spark.source import Options, cache_dir
+
+DEFAULT_INFER_CHUNKS = 8
+
+
+def json_spark_type(t: pa.DataType) -> DataType | None:
+    """The type spark.read.json infers for values of Arrow type `t` (None:
+    the field is left out, as Spark leaves out always-empty objects)."""
+    if pa.types.is_struct(t):
+        fields = []
+        for f in sorted(t, key=lambda f: f.name):
+            sub = json_spark_type(f.type)
+            if sub is not None:
+                fields.append(StructField(f.name, sub, True))
+        return StructType(fields) if fields else None
+    if pa.types.is_list(t):
+        item = json_spark_type(t.value_type)
+        return ArrayType(item if item is not None else StringType(), True)
+    if pa.types.is_boolean(t):
+        return BooleanType()
+    if pa.types.is_integer(t):
+        return LongType()
+    if pa.types.is_floating(t):
+        return DoubleType()
+    return StringType()
+
+
+def typed_spark_type(t: pa.DataType) -> DataType:
+    from pyspark.sql.pandas.types import from_arrow_type
+
+    return from_arrow_type(t, prefer_timestamp_ntz=False)
+
+
+@dataclass
+class Inferred:
+    """What the driver learned from the records of the view."""
+
+    json_type: pa.StructType  # union of the records' JSON shapes
+    plan: parquet.Plan | None  # typing plan of the Parquet twin (types=parquet)
+
+
+def _spread(items: list, n: int) -> list:
+    """`n` items evenly from first to last (all when n covers them)."""
+    if n <= 0 or len(items) <= n:
+        return items
+    if n == 1:
+        return items[:1]
+    return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
+
+
+def sample_batches(tree, views: list[str], chunks: int):
+    """Record batches of up to `chunks` chunks spread over `views` (0: all)."""
+    from fmtfs.formats.base import Chunk
+    from fmtfs.views import IndexedFile, SlicedFile
+
+    pieces: list[Piece] = []
+    for view in views:
+        file = tree.files[view]
+        if isinstance(file, IndexedFile):
+            pieces += [p for unit in view_pieces(file.entry, file.view) for p in unit]
+        elif isinstance(file, SlicedFile):
+            pieces += [
+                p for part, _ in file.parts for unit in view_pieces(part.entry, part.view) for p in unit
+            ]
+        else:
+            yield from file.records()  # a derived view is computed whole anyway
+    streams = {e.stream.name: e.stream for e in tree.entries}
+    for piece in _spread(pieces, chunks):
+        decoded = streams[piece.stream].decode(Chunk(piece.start, piece.end, piece.state, {}))
+        yield decoded.get(piece.view, [])
+
+
+def infer(tree, views: list[str], opts: Options) -> Inferred:
+    """Infer from a sample of chunks; cached per state of the source."""
+    from fmtfs import schemas
+    from fmtfs.index import digest
+
+    setting = opts.get("inferchunks", str(DEFAULT_INFER_CHUNKS)).lower()
+    chunks = 0 if setting == "all" else max(1, int(setting))
+    identities = [tree.files[v].identity() for v in views]
+    key = digest(tree.source_key, views, identities, parquet.VERSION, chunks)
+    cache = cache_dir(opts) / "spark" / f"{key}.pickle"
+    try:
+        return pickle.loads(cache.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
+        pass
+    arrays = []
+    type_: pa.DataType = pa.struct([])
+    for batch in sample_batches(tree, views, chunks):
+        if batch:
+            arr = parquet.records_to_array(batch)
+            arrays.append(arr)
+            type_ = parquet.unify(type_, arr.type)
+    plan = None
+    if arrays:
+        arrays = [parquet.conform(a, type_) for a in arrays]
+        plan = parquet.make_plan(arrays, schemas.bytes_keys(tree.format.name, views[0]))
+    result = Inferred(type_, plan)
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(pickle.dumps(result))
+    os.replace(tmp, cache)
+    return result
+
+
+def spark_schema(inferred: Inferred, types: str) -> StructType:
+    if types == "parquet":
+        if inferred.plan is None or inferred.plan.kind != "struct":
+            return StructType([])
+        return StructType([StructField(f.name, typed_spark_type(f.type), True) for f in inferred.plan.out])
+    spark_type = json_spark_type(inferred.json_type)
+    return spark_type if isinstance(spark_type, StructType) else StructType([])
+
+
+def to_batch(records: list[dict], expected: pa.Schema, inferred: Inferred | None) -> pa.RecordBatch:
+    """Records -> one Arrow batch of exactly the declared schema."""
+    target = pa.struct(list(expected))
+    if inferred is not None and inferred.plan is not None:
+        arr = parquet.records_to_array(records, inferred.json_type)
+        arr = parquet.apply_plan(inferred.plan, arr)
+    else:
+        # the JSON-mode Spark types map one to one onto JSON kinds
+        arr = parquet.records_to_array(records, target)
+    arr = parquet.conform(arr, target)
+    return pa.RecordBatch.from_struct_array(arr).cast(expected)

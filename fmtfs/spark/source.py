@@ -1,0 +1,97 @@
+"""Opening a source from the data source's options, on the driver (the view
+tree and its chunk index) and on executors (the format alone: executors
+decode the chunks they are given and need no index)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+Options = dict[str, str]
+
+
+def lower_options(options: Any) -> Options:
+    return {str(k).lower(): str(v) for k, v in dict(options).items()}
+
+
+def format_options(opts: Options) -> dict[str, Any]:
+    from fmtfs.cli import format_options as cli_options
+
+    args = argparse.Namespace(
+        key_file=Path(opts["keyfile"]) if opts.get("keyfile") else None,
+        time_bucket=opts.get("timebucket", "hour"),
+        descriptor_set=Path(opts["descriptorset"]) if opts.get("descriptorset") else None,
+        kestrel_journal_size=int(opts.get("kestreljournalsize", 16 << 20)),
+    )
+    return cli_options(args)
+
+
+def source_path(opts: Options) -> Path:
+    path = opts.get("path")
+    if not path:
+        raise ValueError("fmtfs data source: give the source folder to load(...)")
+    return Path(path)
+
+
+def open_format(opts: Options):
+    from fmtfs.formats import open_source
+
+    return open_source(source_path(opts), opts.get("format") or None, format_options(opts))
+
+
+def cache_dir(opts: Options) -> Path:
+    if opts.get("cachedir"):
+        return Path(opts["cachedir"])
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fmtfs"
+
+
+def open_tree(opts: Options):
+    from fmtfs.views import SourceTree
+
+    return SourceTree(open_format(opts), cache_dir(opts), readonly=True)
+
+
+def required_view(opts: Options) -> str:
+    if "view" not in opts:
+        raise ValueError('fmtfs data source: option "view" is required (e.g. "events.log/records.jsonl")')
+    return opts["view"]
+
+
+def view_files(tree, view: str) -> list[str]:
+    """The record views a `view` option names: one file, or the `.jsonl`
+    files directly inside a folder (as spark.read.json of that folder)."""
+    view = view.strip("/")
+    if view in tree.files:
+        if not view.endswith(".jsonl"):
+            raise ValueError(f"fmtfs data source: {view} is not a record view (.jsonl)")
+        return [view]
+    if tree.is_dir(view):
+        prefix = f"{view}/" if view else ""
+        return [
+            f"{prefix}{name}"
+            for name in tree.listdir(view)
+            if name.endswith(".jsonl") and not name.startswith(("_", ".")) and f"{prefix}{name}" in tree.files
+        ]
+    raise ValueError(f"fmtfs data source: no view {view!r} in {tree.format.source}")
+
+
+_formats: dict[tuple, Any] = {}
+_formats_lock = threading.Lock()
+
+
+def format_for(opts: Options):
+    """One Format object per source and options, per Python worker."""
+    key = tuple(sorted(opts.items()))
+    with _formats_lock:
+        fmt = _formats.get(key)
+        if fmt is None:
+            fmt = _formats[key] = open_format(opts)
+        return fmt
+
+
+def current_streams(opts: Options) -> dict[str, Any]:
+    """The source's streams by name, as an executor sees them now."""
+    return {s.name: s for s in format_for(opts).streams()}
