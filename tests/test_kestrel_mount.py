@@ -34,7 +34,7 @@ def jsonl(path: Path) -> list[dict]:
 
 def test_views_match_fmtfs_cat(source: Path, tmp_path: Path) -> None:
     with mounted(source) as mnt:
-        assert sorted(os.listdir(mnt / "mail")) == ["journal", "pending", "readers"]
+        assert sorted(os.listdir(mnt / "mail")) == ["buckets", "journal", "pending", "readers"]
         assert os.listdir(mnt / "jobs" / "readers") == ["default.json"]
         for rel in ("mail/readers/indexer.json", "mail/pending/indexer.jsonl", _newest(source, "jobs")):
             expected = fmtfs("cat", source, rel, "--cache-dir", tmp_path / "c").stdout
