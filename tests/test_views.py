@@ -184,3 +184,21 @@ def test_empty_streams_keep_their_views_when_the_index_is_reused(tmp_path: Path)
     assert "empty.log/records.jsonl" in first.files
     assert sorted(second.files) == sorted(first.files)
     assert second.writable("empty.log/records.jsonl")
+
+
+@pytest.mark.parametrize("name", ["wallaby", "kestrel", "beats"])
+def test_cheap_writability_answers_as_constructing_a_writer_does(name: str, tmp_path: Path) -> None:
+    """Formats answer writable() from their last listing (so `ls -l` of N
+    streams stays O(N)); the answer must be the one writer() gives."""
+    import importlib
+
+    from fmtfs.formats.base import Format
+
+    source = tmp_path / "src"
+    source.mkdir()
+    importlib.import_module(f"fmtfs.samples.{name}").generate(source, 200)
+    fmt = open_source(source, None, {})
+    tree = SourceTree(fmt, tmp_path / "cache")
+    views = [p for p in tree.files if not p.startswith(("_", "parquet/"))]
+    assert any(fmt.writable(p) for p in views) and not all(fmt.writable(p) for p in views)
+    assert [fmt.writable(p) for p in views] == [Format.writable(fmt, p) for p in views]

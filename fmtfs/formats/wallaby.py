@@ -204,6 +204,8 @@ class WallabyFormat(Format):
             return is_log(source)
         return any(is_log(p) for p in source.iterdir())
 
+    _appendable: set[str] | None = None  # the records views of the logs streams() found last
+
     def logs(self) -> list[Path]:
         if self.source.is_file():
             return [self.source]
@@ -211,7 +213,16 @@ class WallabyFormat(Format):
 
     def streams(self) -> list[Stream]:
         bucket = self.options.get("time_bucket") or "hour"
-        return [WallabyLog(p, bucket) for p in self.logs()]
+        logs = self.logs()
+        # kept for writable(): a listing asks it of every view, and a folder
+        # scan per view made `ls -l` of N logs O(N^2)
+        self._appendable = {f"{encode_name(p.name)}/records.jsonl" for p in logs}
+        return [WallabyLog(p, bucket) for p in logs]
+
+    def writable(self, view_path: str) -> bool:
+        if self._appendable is None:
+            return super().writable(view_path)
+        return view_path in self._appendable
 
     def info(self) -> dict[str, Any]:
         details = {}

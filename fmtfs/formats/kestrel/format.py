@@ -32,7 +32,16 @@ from typing import Any
 
 import orjson
 
-from fmtfs.formats.base import DerivedRender, Format, Problem, ReadOnlyView, Record, Stream, Writer
+from fmtfs.formats.base import (
+    DerivedRender,
+    Format,
+    FormatError,
+    Problem,
+    ReadOnlyView,
+    Record,
+    Stream,
+    Writer,
+)
 from fmtfs.formats.files import read_prefix
 from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, scan_folder
 from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
@@ -72,12 +81,17 @@ class KestrelFormat(Format):
 
     # -- reading -------------------------------------------------------------
 
+    _listed: dict[str, Queue] | None = None  # the queues streams() found last
+
     def _queues(self) -> dict[str, Queue]:
         return scan_folder(self.source)
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
-        for _, queue in sorted(self._queues().items()):
+        # kept for writable(): a listing asks it of every view, and a folder
+        # scan per view made `ls -l` of N writer files O(N^2)
+        self._listed = self._queues()
+        for _, queue in sorted(self._listed.items()):
             bucket = self.options.get("time_bucket") or "hour"
             out.extend(WriterStream(w, bucket) for w in queue.writers)
             out.extend(LegacyStream(f) for f in queue.legacy)
@@ -159,9 +173,21 @@ class KestrelFormat(Format):
 
     # -- writing -------------------------------------------------------------
 
+    def writable(self, view_path: str) -> bool:
+        if self._listed is None:
+            return super().writable(view_path)
+        try:
+            self._writer(view_path, False, self._listed)
+        except (ReadOnlyView, FileNotFoundError, FormatError, OSError):
+            return False
+        return True
+
     def writer(self, view_path: str, create: bool) -> Writer:
+        return self._writer(view_path, create, self._queues())
+
+    def _writer(self, view_path: str, create: bool, found: dict[str, Queue]) -> Writer:
         parts = view_path.strip("/").split("/")
-        queues = {encode_name(name): queue for name, queue in self._queues().items()}
+        queues = {encode_name(name): queue for name, queue in found.items()}
         queue = queues.get(parts[0]) if parts else None
         if len(parts) == 2 and parts[1] == "items.jsonl" and queue and queue.legacy:
             raise ReadOnlyView(f"{view_path}: kestrel 2.x queues are read-only", read_only_kind=True)
