@@ -15,6 +15,7 @@ subprocesses:
   warm_cat       the same `cat` again                           vs  `cat` of the same bytes in regular files
   spark_json     spark.read.json(view folder).count(), a fresh mount, then again  vs  a plain local folder
   data_source    spark.read.format("fmtfs"), default options    vs  plain read.json
+  time_filter    the data source with a 1/24-of-the-span time filter vs  its full read
   ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
   write_through  `cat lines >> view`                            vs  the format's encoder in process
   peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
@@ -557,6 +558,61 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     ]
 
 
+def _utc(text: str) -> datetime.datetime:
+    """An RFC 3339 UTC time as fmtfs renders it (any fraction digits) -> datetime."""
+    whole, _, fraction = text.rstrip("Z").partition(".")
+    micros = int((fraction + "000000")[:6]) if fraction else 0
+    return datetime.datetime.fromisoformat(whole).replace(tzinfo=datetime.UTC, microsecond=micros)
+
+
+def _rfc3339(moment: datetime.datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+# the record time column of formats whose records carry one (LAYOUT §5)
+TIME_COLUMNS = {"beats": "timestamp", "wallaby": "time", "kestrel": "add_time"}
+
+
+def figure_time_filter(run: FormatRun) -> list[Figure]:
+    """The data source with a time filter covering 1/24 of the data's time
+    span (one hour of a day) vs the same full read: pushdown reads only the
+    chunks whose time range can match."""
+    column = TIME_COLUMNS.get(run.fmt)
+    if column is None:
+        return []
+    spark = spark_session()
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+    def frame() -> Any:
+        return (
+            spark.read.format("fmtfs")
+            .option("format", run.fmt)
+            .option("view", run.layout.spark_folder)
+            .option("cacheDir", str(run.scratch / "cache"))
+            .load(str(run.source))
+        )
+
+    # RFC 3339 UTC text of one precision sorts as the times do
+    bounds = frame().selectExpr(f"min({column})", f"max({column})").first()
+    start, end = _utc(bounds[0]), _utc(bounds[1])
+    low = start + (end - start) / 2
+    high = low + (end - start) / 24
+    where = f"{column} >= '{_rfc3339(low)}' AND {column} < '{_rfc3339(high)}'"
+    full, rows = timed(lambda: frame().count())
+    filtered, kept = timed(lambda: frame().where(where).count())
+    parts_full = frame().rdd.getNumPartitions()
+    parts_filtered = frame().where(where).rdd.getNumPartitions()
+    return [
+        Figure(
+            "time_filter",
+            filtered / full,
+            f"{kept:,} rows, {parts_filtered} partitions, {filtered:.2f} s",
+            f"full read {rows:,} rows, {parts_full} partitions, {full:.2f} s",
+            "< 1 (fewer partitions)",
+        )
+    ]
+
+
 # The order matters: first_mount builds the index the later figures reuse,
 # figure_cat leaves the view copies figure_write_through takes lines from.
 FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
@@ -565,7 +621,7 @@ FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
     figure_listing,
     figure_write_through,
 ]
-SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [figure_spark]
+SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [figure_spark, figure_time_filter]
 
 
 # -- driver ----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
 FIGURES = {"first_mount", "cold_cat", "warm_cat", "peak_rss_mb", "ls_20", "write_through"}
-SPARK_FIGURES = {"spark_json_first", "spark_json_second", "data_source"}
+SPARK_FIGURES = {"spark_json_first", "spark_json_second", "data_source", "time_filter"}
 
 
 def bench(tmp_path: Path, *args: str) -> dict:
@@ -49,6 +49,6 @@ def test_bench_wallaby_and_gvfs_without_spark(tmp_path: Path) -> None:
 
 def test_help_names_every_figure() -> None:
     done = subprocess.run([sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=True)
-    documented = FIGURES - {"ls_20"} | {"ls_N", "spark_json", "data_source"}
+    documented = FIGURES - {"ls_20"} | {"ls_N", "spark_json", "data_source", "time_filter"}
     for name in documented:
         assert name in done.stdout, name
