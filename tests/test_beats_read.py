@@ -265,3 +265,26 @@ def test_document_v2_whose_iv_looks_like_shipped_options(tmp_path: Path, options
     views, problems = read(src)
     assert problems == [] and views["segments/0.jsonl"] == [expected(e) for e in events]
     assert BeatsFormat(src, {"key": KEY}).info()["segments"][0]["layout"] == "doc2"
+
+
+def _resident_kb_of(path: Path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        if line[0] in "0123456789abcdef" and " " in line:  # a mapping's header line
+            inside = line.endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_scanning_and_decoding_a_segment_leave_none_of_it_resident(tmp_path: Path) -> None:
+    from fmtfs.samples.beats import generate
+
+    source = generate(tmp_path / "queue", 4_000, segments=1)
+    stream = BeatsFormat(source, {}).streams()[0]
+    chunks = [c for c in stream.scan(None, None) if isinstance(c, Chunk)]
+    records = stream.decode(chunks[-1])[stream.view]
+    # the mapping is still there (records decoded), its pages no longer count in RSS
+    assert records and stream.path.stat().st_size > 256 << 10
+    assert _resident_kb_of(stream.path) < 64

@@ -75,6 +75,16 @@ class Segment:
         self.avail = max(0, len(data) - header.data_offset)
         self.decode_payload = decoder(header.protobuf, header.lz4_payloads)
 
+    def drop_pages(self) -> None:
+        """Unmap the pages of the segment this process touched: pages of a
+        file mapping count in its RSS, so a mount that scanned or decoded a
+        1 GB queue would otherwise hold it all.  They stay in the page cache
+        (a later access is a minor fault), and a thread still reading the
+        mapping faults them back in."""
+        mapping = self.data.obj
+        if isinstance(mapping, mmap.mmap):
+            mapping.madvise(mmap.MADV_DONTNEED)
+
     # -- opening -------------------------------------------------------------
 
     @classmethod

@@ -62,6 +62,7 @@ class SegmentStream(Stream):
             return
         for item in seg.runs_from(start, state):
             if isinstance(item, Run):
+                seg.drop_pages()  # the mount's RSS stays small however big the queue
                 times = text_range((r.get(TIME_KEY) for r in item.records), "ns")
                 views = self._views(item.records)
                 yield Chunk(item.start, item.end, item.state, views, times=times)
@@ -74,7 +75,11 @@ class SegmentStream(Stream):
         return views
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
-        return self._views(self.open().decode_chunk(chunk.state, chunk.end))
+        seg = self.open()
+        try:
+            return self._views(seg.decode_chunk(chunk.state, chunk.end))
+        finally:
+            seg.drop_pages()
 
     def view_paths(self) -> list[str]:
         return [self.view]
