@@ -188,7 +188,9 @@ class FmtfsOperations(pyfuse3.Operations):
     @_errors_to_fuse
     async def getattr(self, inode, ctx=None):
         await self._refresh()
-        return await self._attributes_async(self.inodes.path(inode))
+        entry = await self._attributes_async(self.inodes.path(inode))
+        log.debug("getattr %s: size %d, mtime %d", self.inodes.path(inode), entry.st_size, entry.st_mtime_ns)
+        return entry
 
     @_errors_to_fuse
     async def setattr(self, inode, attr, fields, fh, ctx):
@@ -287,6 +289,7 @@ class FmtfsOperations(pyfuse3.Operations):
         twin = self.twin_handles.get(fh)
         if twin is not None:
             return twin.read(off, size)
+        log.debug("read %s at %d, %d bytes", path, off, size)  # tests count these
         return await trio.to_thread.run_sync(self.tree.read, path, off, size)
 
     @_errors_to_fuse
@@ -408,6 +411,7 @@ def _invalidate_forever(invalidations: queue.SimpleQueue[list[int]]) -> None:
         inodes = set(invalidations.get())
         while not invalidations.empty():  # one pass over a burst of changes
             inodes.update(invalidations.get())
+        log.debug("invalidating inodes %s", sorted(inodes))
         for ino in inodes:
             try:
                 pyfuse3.invalidate_inode(ino, attr_only=False)

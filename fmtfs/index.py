@@ -451,8 +451,11 @@ class Index:
         """Send chunk `seq` and the next few of its stream to the pool (those
         neither rendered nor on their way); returns the future of `seq`."""
         assert self.pool is not None
-        ahead = 2 * self.pool.workers
         name, inode = entry.stream.name, entry.identity.inode
+        # ahead only for a reader going forward (the chunk before this one was
+        # just read): the kernel drops a few pages of a kept view now and then,
+        # and a warm re-read missing one of them must not decode 2×workers chunks
+        ahead = 2 * self.pool.workers if self._sequential(entry, seq, view) else 1
         submitted: list[tuple[tuple, Future]] = []
         with self._flights_lock:
             wanted = None
@@ -473,6 +476,13 @@ class Index:
         for key, future in submitted:
             future.add_done_callback(lambda f, key=key: self._landed(key, f))
         return wanted
+
+    def _sequential(self, entry: StreamEntry, seq: int, view: str) -> bool:
+        if seq == 0:
+            return True
+        meta = entry.chunks[seq - 1]
+        key = (entry.stream.name, entry.identity.inode, meta.start, meta.end)
+        return key in self._pending or self.rendered.get((*key, view)) is not None
 
     def _landed(self, key: tuple, future: Future) -> None:
         if not future.cancelled() and future.exception() is None:
