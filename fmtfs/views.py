@@ -487,7 +487,7 @@ class SourceTree:
         return render_document(document)
 
     def record_write_error(self, path: str, offset: int, error: str) -> None:
-        log.warning("refused write to %s: %s", path, error)
+        log.error("refused write to %s: %s", path, error)
         with self.lock:
             self.write_errors.append(Problem(path, offset, f"write refused: {error}"))
             files = dict(self.files)

@@ -209,3 +209,5 @@ def test_refusals_are_recorded_once_with_file_and_offset(queue: Path, tmp_path: 
     lines = (cache / "fmtfs.log").read_text().splitlines()
     assert len([line for line in lines if "pending.jsonl" in line]) == 1
     assert len([line for line in lines if "expected a JSON object" in line]) == 1
+    # ... as an error (LAYOUT: errors for refused writes, warnings for damaged records)
+    assert all(" ERROR " in line for line in lines if "pending.jsonl" in line or "expected a JSON" in line)
