@@ -140,7 +140,8 @@ def test_the_mount_builds_missing_twins_in_the_background(tmp_path: Path) -> Non
     cache = tmp_path / "cache"
     with mounted(source, cache_dir=cache) as mnt:
         # nobody stats parquet/: the builder makes every twin on its own
-        expected = len(list((mnt / "segments").iterdir())) + 1  # + pending.jsonl
+        # a twin per segment view, per time bucket view, and pending.jsonl's
+        expected = len(list((mnt / "segments").iterdir())) + len(list((mnt / "buckets").iterdir())) + 1
         built = wait_for(
             lambda: len(cache_state(cache)) == expected and cache_state(cache), "all twins built"
         )
