@@ -661,7 +661,7 @@ def bench_format(fmt: str, megabytes: float, args: argparse.Namespace, scratch: 
         for row in figure(run):
             figures.append(row)
             print(
-                f"  {row.name:18} {row.ratio:7.2f}   {row.fmtfs:34} vs {row.baseline:36} target {row.target}"
+                f"  {row.name:18} {row.ratio:7.3g}   {row.fmtfs:34} vs {row.baseline:36} target {row.target}"
             )
     shutil.rmtree(scratch / fmt, ignore_errors=True)
     return {
@@ -694,7 +694,7 @@ def print_table(results: dict[str, Any]) -> None:
     print(f"\n{'figure':18} " + " ".join(f"{f:>9}" for f in formats) + "   target")
     for name in names:
         cells = (results["formats"][f]["figures"].get(name) for f in formats)
-        print(f"{name:18} " + " ".join(f"{c:9.2f}" if c is not None else f"{'-':>9}" for c in cells), end="")
+        print(f"{name:18} " + " ".join(f"{c:9.3g}" if c is not None else f"{'-':>9}" for c in cells), end="")
         print(f"   {targets[name]}")
     m = results["machine"]
     print(f"\n{m['date']}, {m['cpus']} CPUs, load average {m['load_average']}, Python {m['python']}")
