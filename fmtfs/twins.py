@@ -161,17 +161,13 @@ class ParquetFile:
 
     def build(self) -> Path:
         """Build the current state's file unless it exists; returns it."""
-        fmt = self.twins.format
-        from fmtfs import schemas
-
-        schema = fmt.parquet_schema(self.view)
-        keys = schemas.bytes_keys(fmt.name, self.view)
+        schema = self.twins.format.view_schema(self.view)
         for attempt in range(3):
             identity = self.source.identity()
             target = self.target(identity)
             with self.twins.build_lock(self.prefix):
                 if not target.exists():
-                    parquet.write_twin(self.source.records(), schema, target, keys)
+                    parquet.write_twin(self.source.records(), schema, target)
             if self.source.identity() == identity or attempt == 2:
                 break
             # the view grew while its records were read: the file may hold a

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fmtfs.formats.schema import ViewSchema
+
 Record = dict[str, Any]
 # Opaque, JSON-serialisable decoder state (e.g. the next sequence number, a
 # CTR block counter, proio metadata carried across buckets).
@@ -207,9 +209,13 @@ class Format(ABC):
             return False
         return True
 
-    def parquet_schema(self, view_path: str) -> Any:
-        """The pyarrow schema of a record view's Parquet twin, or None to let
-        fmtfs.parquet infer one from the records."""
+    # -- record schemas (fmtfs.formats.schema) --------------------------------
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        """The declared kinds of the fields of a record view's lines (times
+        and their precision, bytes, nested objects), which the Parquet twins
+        and the Spark data source's typed batches follow.  None: every key
+        is inferred from its JSON kind."""
         return None
 
     def view_sources(self, view_path: str) -> list[Path] | None:

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
 from fmtfs.formats.files import fsync_path, read_prefix
+from fmtfs.formats.schema import Field, ViewSchema
 from fmtfs.formats.timerange import text_range
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
 
@@ -30,6 +31,11 @@ INDEX_RECORD = struct.Struct("<qQq")
 MAX_PAYLOAD = 64 * 1024  # v1.Create's maxSize: what a real reader accepts
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 1 << 20
+
+# Every view (`<name>/records.jsonl`, `<name>/buckets/<b>.jsonl`) holds record lines.
+RECORD_SCHEMA = ViewSchema(
+    Field.integer("index"), Field.time("time", "ns"), Field.integer("flags"), Field.opaque("data")
+)
 
 BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 BUCKET_PATTERN = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d"}
@@ -223,6 +229,9 @@ class WallabyFormat(Format):
         if self._appendable is None:
             return super().writable(view_path)
         return view_path in self._appendable
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        return RECORD_SCHEMA if view_path.endswith(".jsonl") else None
 
     def info(self) -> dict[str, Any]:
         details = {}

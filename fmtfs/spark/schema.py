@@ -6,8 +6,9 @@ name at every level, objects as structs, numbers as long/double, times and
 `data`/`data_base64` as strings, conflicting kinds as JSON text,
 always-empty objects left out (integers beyond int64 are strings here,
 where Spark infers decimals).  With `types` = `parquet` they are those of
-the view's Parquet twin (timestamps, binary bytes, `K_ns` for nanosecond
-times; see fmtfs.parquet).
+the view's Parquet twin, typed by the format's declared view schema
+(timestamps of the declared precision, binary bytes, `K_ns` for
+nanosecond times; see fmtfs.parquet and fmtfs.formats.schema).
 
 Inference decodes a sample of the view's chunks, spread evenly from its
 first to its last (option `inferChunks`, default 8; `all` decodes every
@@ -111,7 +112,6 @@ def sample_batches(tree, views: list[str], chunks: int):
 
 def infer(tree, views: list[str], opts: Options) -> Inferred:
     """Infer from a sample of chunks; cached per state of the source."""
-    from fmtfs import schemas
     from fmtfs.index import digest
 
     setting = opts.get("inferchunks", str(DEFAULT_INFER_CHUNKS)).lower()
@@ -123,18 +123,12 @@ def infer(tree, views: list[str], opts: Options) -> Inferred:
         return pickle.loads(cache.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
         pass
-    arrays = []
-    type_: pa.DataType = pa.struct([])
+    shape = parquet.Shape(tree.format.view_schema(views[0]))  # the views of a folder share one
     for batch in sample_batches(tree, views, chunks):
         if batch:
-            arr = parquet.records_to_array(batch)
-            arrays.append(arr)
-            type_ = parquet.unify(type_, arr.type)
-    plan = None
-    if arrays:
-        arrays = [parquet.conform(a, type_) for a in arrays]
-        plan = parquet.make_plan(arrays, schemas.bytes_keys(tree.format.name, views[0]))
-    result = Inferred(type_, plan)
+            shape.add(parquet.records_to_array(batch))  # folded as it comes: O(schema) memory
+    plan = shape.plan() if shape.rows else None
+    result = Inferred(shape.type, plan)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
     tmp.write_bytes(pickle.dumps(result))

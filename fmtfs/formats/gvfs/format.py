@@ -21,7 +21,7 @@ from fmtfs.formats.base import (
     Stream,
     Writer,
 )
-from fmtfs.formats.gvfs import store
+from fmtfs.formats.gvfs import columns, store
 from fmtfs.formats.gvfs.journal import (
     HEADER_SIZE,
     Invalid,
@@ -32,6 +32,7 @@ from fmtfs.formats.gvfs.journal import (
 )
 from fmtfs.formats.gvfs.records import entry_record, metadata_records, record_entry
 from fmtfs.formats.gvfs.tree import TreeError
+from fmtfs.formats.schema import ViewSchema
 from fmtfs.formats.timerange import text_range
 from fmtfs.shape import decode_name, encode_name
 
@@ -188,6 +189,12 @@ class GvfsFormat(Format):
                 continue
             out.extend(Problem(tree.name, off, msg) for off, msg in state.tree.problems)
         return out
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        parts = view_path.split("/")
+        if len(parts) != 2:
+            return None
+        return {JOURNAL_VIEW: columns.JOURNAL, METADATA_VIEW: columns.METADATA}.get(parts[1])
 
     def info(self) -> dict[str, Any]:
         cat = self._catalog()
