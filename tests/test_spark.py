@@ -29,6 +29,7 @@ from pyspark.sql.types import (  # noqa: E402
     ArrayType,
     BinaryType,
     DoubleType,
+    LongType,
     StringType,
     StructType,
     TimestampType,
@@ -316,3 +317,40 @@ def test_data_source_typed_equals_parquet_twin(spark, sources) -> None:
 
 def _same_types(a: StructType, b: StructType) -> bool:
     return [f.dataType.simpleString() for f in a] == [f.dataType.simpleString() for f in b]
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_data_source_typed_columns_follow_the_declared_schema(spark, sources, name) -> None:
+    """types=parquet: a declared time is a timestamp (with the exact `K_ns`
+    for nanoseconds), declared bytes are binary, and the rows are the twin's."""
+    from fmtfs.formats import open_source
+    from fmtfs.formats.schema import Kind
+    from fmtfs.spark import FmtfsDataSource
+
+    spark.dataSource.register(FmtfsDataSource)
+    source, cache, mnt = sources[name]
+    options = {"key": None, "time_bucket": "hour", "descriptor_set": None, "kestrel_journal_size": 16 << 20}
+    fmt = open_source(source, name, options)
+    checked = 0
+    for rel, files in view_folders(mnt).items():
+        rel_view = f"{rel}/{files[0].name}" if rel else files[0].name
+        df = (
+            spark.read.format("fmtfs")
+            .option("view", rel_view)
+            .option("types", "parquet")
+            .option("cacheDir", str(cache))
+            .load(str(source))
+        )
+        types = {f.name: f.dataType for f in df.schema}
+        for f in fmt.view_schema(rel_view):
+            if f.name not in types or f.kind not in (Kind.TIME, Kind.BYTES):
+                continue
+            want = TimestampType() if f.kind is Kind.TIME else BinaryType()
+            assert types[f.name] == want, (rel_view, f.name)
+            if f.kind is Kind.TIME and f.unit == "ns":
+                assert types[f.name + "_ns"] == LongType()
+            checked += 1
+        twin = spark.read.parquet(str(mnt / "parquet" / (rel_view[: -len(".jsonl")] + ".parquet")))
+        assert df.count() == twin.count() > 0
+        assert df.exceptAll(twin).count() == 0 and twin.exceptAll(df).count() == 0, rel_view
+    assert checked or name == "proio"  # proio declares no time nor bytes its sample shows

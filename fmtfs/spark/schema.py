@@ -65,10 +65,31 @@ def json_spark_type(t: pa.DataType) -> DataType | None:
     return StringType()
 
 
+def spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    """`t` with the unsigned integers Spark has no type for widened as
+    Spark reads them from Parquet (uint64 -> decimal(20,0), smaller ones
+    -> the next signed width): a declared proio uint64 field."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, spark_arrow_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(spark_arrow_type(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(spark_arrow_type(t.key_type), spark_arrow_type(t.item_type))
+    return _UNSIGNED.get(t, t)
+
+
+_UNSIGNED = {
+    pa.uint64(): pa.decimal128(20, 0),
+    pa.uint32(): pa.int64(),
+    pa.uint16(): pa.int32(),
+    pa.uint8(): pa.int16(),
+}
+
+
 def typed_spark_type(t: pa.DataType) -> DataType:
     from pyspark.sql.pandas.types import from_arrow_type
 
-    return from_arrow_type(t, prefer_timestamp_ntz=False)
+    return from_arrow_type(spark_arrow_type(t), prefer_timestamp_ntz=False)
 
 
 @dataclass
