@@ -297,7 +297,9 @@ def test_bytes_merge_and_text_fallbacks() -> None:
         {"data": "héllo", "path": "/a", "x": {"payload_base64": "AAE="}, "raw": "r"},
         {"data_base64": base64.b64encode(b"\xff\x00").decode(), "path_base64": "/w==", "x": {}},
     ]
-    schema = ViewSchema(Field.opaque("data"), Field.text("path"), Field.nested("x", Field.opaque("payload")))
+    schema = ViewSchema(
+        Field("data", Kind.BYTES), Field("path", Kind.TEXT), Field.nested("x", Field("payload", Kind.BYTES))
+    )
     table = parquet.records_table([records[:1], records[1:]], schema)
     assert table.schema.field("data").type == pa.binary()
     assert table.column("data").to_pylist() == ["héllo".encode(), b"\xff\x00"]
@@ -330,19 +332,25 @@ def test_conflicts_nulls_and_empty_objects() -> None:
 
 def test_declared_scalars_and_arrow_types() -> None:
     schema = ViewSchema(
-        Field.integer("n"),
-        Field.integer("odd"),
+        Field("n", Kind.INT),
+        Field("odd", Kind.INT),
         Field.typed("id", pa.int64()),
         Field.typed("when", pa.timestamp("ms", tz="UTC")),
-        Field.integer("absent"),
+        Field("absent", Kind.INT),
+        Field("ratio", Kind.FLOAT),
+        Field("flag", Kind.BOOL),
     )
-    records = [{"n": None, "odd": "x", "id": "7", "when": "2020-01-01T00:00:00.500Z"}]
+    records = [
+        {"n": None, "odd": "x", "id": "7", "when": "2020-01-01T00:00:00.500Z", "ratio": 2, "flag": None}
+    ]
     table = parquet.records_table([records], schema)
     assert table.schema.field("n").type == pa.int64()  # always null, still the declared type
     assert table.schema.field("odd").type == pa.string()  # not an integer: kept as the view shows
     assert table.to_pylist()[0]["id"] == 7
     assert table.schema.field("when").type == pa.timestamp("ms", tz="UTC")
     assert "absent" not in table.schema.names  # a declared key no record has is no column
+    assert table.schema.field("ratio").type == pa.float64() and table.to_pylist()[0]["ratio"] == 2.0
+    assert table.schema.field("flag").type == pa.bool_()
 
 
 def test_empty_view(tmp_path: Path) -> None:
@@ -384,7 +392,7 @@ def batches(draw):
     cut = draw(st.integers(0, len(rows)))
     # declared or not, the twin holds the same records
     fields = [Field.time(k, "ms") for k, kind in kinds.items() if kind == "time"]
-    fields += [Field.opaque(k) for k, kind in kinds.items() if kind == "bytes" and k == "data"]
+    fields += [Field(k, Kind.BYTES) for k, kind in kinds.items() if kind == "bytes" and k == "data"]
     schema = draw(st.sampled_from([None, ViewSchema(*fields)]))
     if schema is not None and nested:
         schema = ViewSchema(Field.nested("inner", *fields))

@@ -290,6 +290,17 @@ def test_data_source_partitions_are_packed_from_chunks(spark, tmp_path) -> None:
         assert df.count() == default.count() and df.exceptAll(default).count() == 0
 
 
+def typed_read(spark, source: Path, cache: Path, view: str):
+    """The data source over `view` with the Parquet twin's typed columns."""
+    return (
+        spark.read.format("fmtfs")
+        .option("view", view)
+        .option("types", "parquet")
+        .option("cacheDir", str(cache))
+        .load(str(source))
+    )
+
+
 def test_data_source_typed_equals_parquet_twin(spark, sources) -> None:
     from fmtfs.spark import FmtfsDataSource
 
@@ -301,13 +312,7 @@ def test_data_source_typed_equals_parquet_twin(spark, sources) -> None:
             rel_view = f"{rel}/{view.name}" if rel else view.name
             twin = mnt / "parquet" / (rel_view[: -len(".jsonl")] + ".parquet")
             pq_df = spark.read.parquet(str(twin))
-            df = (
-                spark.read.format("fmtfs")
-                .option("view", rel_view)
-                .option("types", "parquet")
-                .option("cacheDir", str(cache))
-                .load(str(source))
-            )
+            df = typed_read(spark, source, cache, rel_view)
             assert [f.name for f in df.schema] == [f.name for f in pq_df.schema], rel_view
             assert df.schema == pq_df.schema or _same_types(df.schema, pq_df.schema), rel_view
             assert df.count() == pq_df.count()
@@ -334,13 +339,7 @@ def test_data_source_typed_columns_follow_the_declared_schema(spark, sources, na
     checked = 0
     for rel, files in view_folders(mnt).items():
         rel_view = f"{rel}/{files[0].name}" if rel else files[0].name
-        df = (
-            spark.read.format("fmtfs")
-            .option("view", rel_view)
-            .option("types", "parquet")
-            .option("cacheDir", str(cache))
-            .load(str(source))
-        )
+        df = typed_read(spark, source, cache, rel_view)
         types = {f.name: f.dataType for f in df.schema}
         for f in fmt.view_schema(rel_view):
             if f.name not in types or f.kind not in (Kind.TIME, Kind.BYTES):

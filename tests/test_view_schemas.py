@@ -167,4 +167,4 @@ def test_a_declaration_is_checked() -> None:
     with pytest.raises(ValueError, match="Arrow type"):
         Field("v", Kind.ARROW)
     with pytest.raises(ValueError, match="twice"):
-        ViewSchema(Field.integer("a"), Field.string("a"))
+        ViewSchema(Field("a", Kind.INT), Field("a", Kind.STRING))

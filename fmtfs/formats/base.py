@@ -20,6 +20,10 @@ view     metadata, beats pending ...).  It is rendered whole and cached
          keyed by the identities of all native files.
 record   a dict already in the JSON shape of LAYOUT.md, keys in order
          (see fmtfs.shape for times, bytes and names).
+schema   what the format declares of a record view's fields (times and
+         their precision, opaque bytes, nested objects: fmtfs.formats.schema),
+         so the Parquet twins and the Spark data source type them without
+         guessing from the JSON text (Format.view_schema).
 """
 
 from __future__ import annotations

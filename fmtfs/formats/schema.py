@@ -72,26 +72,10 @@ class Field:
         if self.children and self.kind is not Kind.NESTED:
             raise ValueError(f"{self.name}: only a NESTED field has children")
 
-    # Short constructors, for declarations that read like the record.
+    # Constructors for the kinds that take more than a name.
     @classmethod
     def time(cls, name: str, unit: str) -> Field:
         return cls(name, Kind.TIME, unit=unit)
-
-    @classmethod
-    def opaque(cls, name: str) -> Field:
-        return cls(name, Kind.BYTES)
-
-    @classmethod
-    def text(cls, name: str) -> Field:
-        return cls(name, Kind.TEXT)
-
-    @classmethod
-    def integer(cls, name: str) -> Field:
-        return cls(name, Kind.INT)
-
-    @classmethod
-    def string(cls, name: str) -> Field:
-        return cls(name, Kind.STRING)
 
     @classmethod
     def nested(cls, name: str, *children: Field) -> Field:

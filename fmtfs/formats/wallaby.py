@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
 from fmtfs.formats.files import fsync_path, read_prefix
-from fmtfs.formats.schema import Field, ViewSchema
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.formats.timerange import native_range
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
 
@@ -34,7 +34,7 @@ CHUNK_BYTES = 1 << 20
 
 # Every view (`<name>/records.jsonl`, `<name>/buckets/<b>.jsonl`) holds record lines.
 RECORD_SCHEMA = ViewSchema(
-    Field.integer("index"), Field.time("time", "ns"), Field.integer("flags"), Field.opaque("data")
+    Field("index", Kind.INT), Field.time("time", "ns"), Field("flags", Kind.INT), Field("data", Kind.BYTES)
 )
 
 BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}

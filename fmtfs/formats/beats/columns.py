@@ -8,14 +8,14 @@ shipper events add `source` and `data_stream` objects (inferred)."""
 
 from __future__ import annotations
 
-from fmtfs.formats.schema import Field, ViewSchema
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 
 FRAME = ViewSchema(
     Field.time("timestamp", "ns"),
-    Field.integer("flags"),
+    Field("flags", Kind.INT),
     Field.nested("meta"),
     Field.nested("fields"),
-    Field.opaque("data"),
+    Field("data", Kind.BYTES),
 )
 
 

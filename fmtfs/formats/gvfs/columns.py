@@ -7,18 +7,18 @@ keyed by the data's own keys: inferred."""
 
 from __future__ import annotations
 
-from fmtfs.formats.schema import Field, ViewSchema
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 
 JOURNAL = ViewSchema(
-    Field.string("op"),
+    Field("op", Kind.STRING),
     Field.time("time", "s"),
-    Field.text("path"),
-    Field.text("source"),
-    Field.text("key"),
-    Field.text("value"),  # a string, or an array of them for setv
+    Field("path", Kind.TEXT),
+    Field("source", Kind.TEXT),
+    Field("key", Kind.TEXT),
+    Field("value", Kind.TEXT),  # a string, or an array of them for setv
 )
 METADATA = ViewSchema(
-    Field.text("path"),
+    Field("path", Kind.TEXT),
     Field.time("last_changed", "s"),
     Field.nested("metadata"),
     Field.nested("metadata_base64"),

@@ -10,16 +10,16 @@ not a record view."""
 
 from __future__ import annotations
 
-from fmtfs.formats.schema import Field, ViewSchema
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 
 LINE = ViewSchema(
-    Field.string("op"),
-    Field.integer("xid"),
-    Field.integer("id"),
+    Field("op", Kind.STRING),
+    Field("xid", Kind.INT),
+    Field("id", Kind.INT),
     Field.time("add_time", "ms"),
     Field.time("expire_time", "ms"),
-    Field.integer("error_count"),
-    Field.opaque("data"),
+    Field("error_count", Kind.INT),
+    Field("data", Kind.BYTES),
 )
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fmtfs.formats.schema import Field, ViewSchema
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 
 # FieldDescriptor.TYPE_* -> Arrow type of a scalar
 _PROTO_SCALARS = {
@@ -84,7 +84,7 @@ def _value_type(fd: Any, stack: tuple[str, ...]) -> pa.DataType:
 
 
 EVENT_VIEW = ViewSchema(
-    Field.integer("event"),
+    Field("event", Kind.INT),
     Field.nested("metadata"),
     Field.nested("metadata_base64"),  # values not UTF-8, base64 (an object, not bytes)
     Field.nested("tags"),
@@ -96,9 +96,9 @@ def type_view_schema(descriptor: Any) -> ViewSchema:
     """A `<file>/types/<type>.jsonl` view (LAYOUT.md §3) of a message type
     with this descriptor; a value that did not convert keeps its bytes."""
     return ViewSchema(
-        Field.integer("event"),
-        Field.integer("entry"),
+        Field("event", Kind.INT),
+        Field("entry", Kind.INT),
         Field.typed("tags", pa.list_(pa.string())),
         Field.typed("value", message_arrow_type(descriptor)),
-        Field.opaque("payload"),
+        Field("payload", Kind.BYTES),
     )
