@@ -168,3 +168,20 @@ def test_a_declaration_is_checked() -> None:
         Field("v", Kind.ARROW)
     with pytest.raises(ValueError, match="twice"):
         ViewSchema(Field("a", Kind.INT), Field("a", Kind.STRING))
+
+
+def test_a_streams_time_field_is_a_declared_time_of_its_views(sample) -> None:
+    """The time that chunk ranges (time filters, buckets) describe is the
+    one the view schema declares, with the same unit."""
+    name, tree = sample
+    checked = 0
+    for entry in tree.entries:
+        time_field = getattr(entry.stream, "time_field", None)
+        if time_field is None:
+            continue
+        column, unit = time_field
+        for view in entry.stream.view_paths():
+            declared = tree.format.view_schema(view).field(column)
+            assert declared is not None and declared.kind is Kind.TIME and declared.unit == unit, view
+            checked += 1
+    assert checked or name == "proio"  # proio events carry no time
