@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -19,42 +20,59 @@ from typing import Any
 import orjson
 
 from fmtfs import __version__, summary, twins
-from fmtfs.formats import FORMATS, open_source
-from fmtfs.formats.base import Format, FormatError
+from fmtfs.errors import UserError
+from fmtfs.formats import registry
+from fmtfs.formats.base import Format
 from fmtfs.index import Progress
-from fmtfs.mounthelper import expand_options
+from fmtfs.mountoptions import expand_options
 from fmtfs.progress import IndexProgress, TwinProgress, native_size, on_terminal
 from fmtfs.views import META_ERRORS, META_INFO, SourceTree
 
 log = logging.getLogger("fmtfs")
 
-ABOUT = """\
-fmtfs shows binary append-only files (Elastic Beats disk queue, Kestrel
-journals, wallaby write-ahead logs, gvfs metadata, proio event streams) as
-JSON Lines and Parquet files: mounted with FUSE, or printed without a mount."""
-
-ENVIRONMENT = """\
-environment:
-  FMTFS_BEATS_PASSWORD  password of encrypted Beats segments; the AES key is
-                        derived from it (PBKDF2-HMAC-SHA1, 4096 rounds) unless
-                        --key-file is given
-  XDG_CACHE_HOME        the default index folder is $XDG_CACHE_HOME/fmtfs
-                        (~/.cache/fmtfs)"""
-
-MOUNT_OPTIONS = """\
-mount options (-o, comma-separated, as in mount(8) and /etc/fstab):
-  ro                    refuse every write with EROFS
-  allow_other           let other users reach the mount (FUSE option)
-  format=F, cache_dir=DIR, key_file=FILE, time_bucket=B, descriptor_set=FILE,
-  kestrel_journal_size=BYTES, log_file=FILE, debug, verbose
-                        the same as the options of the same name below
-  _netdev, noauto, nofail, auto, user, defaults
-                        for mount(8) alone: ignored
-  anything else         passed to FUSE (e.g. default_permissions)"""
+# The formats' titles, options and environment variables come from the
+# formats themselves (fmtfs.formats.registry): this module names none.
 
 
-class UserError(Exception):
-    """Printed as one line, exit status 1, no traceback."""
+def about() -> str:
+    titles = ", ".join(cls.title or cls.name for cls in registry.loadable())
+    return textwrap.fill(
+        f"fmtfs shows binary append-only files ({titles}) as JSON Lines and Parquet files: "
+        "mounted with FUSE, or printed without a mount.",
+        78,
+    )
+
+
+def environment() -> str:
+    variables = [pair for cls in registry.loadable() for pair in cls.environment]
+    variables.append(("XDG_CACHE_HOME", "the default index folder is $XDG_CACHE_HOME/fmtfs (~/.cache/fmtfs)"))
+    return "environment:\n" + "\n".join(_described(name, text) for name, text in variables)
+
+
+def mount_options() -> str:
+    settings = ["format=F", "cache_dir=DIR"]
+    settings += [f"{o.name}={o.metavar or '|'.join(o.choices) or 'VALUE'}" for o in registry.all_options()]
+    settings += ["log_file=FILE", "debug", "verbose"]
+    listed = textwrap.fill(", ".join(settings), 76, initial_indent="  ", subsequent_indent="    ")
+    return "\n".join(
+        [
+            "mount options (-o, comma-separated, as in mount(8) and /etc/fstab):",
+            _described("ro", "refuse every write with EROFS"),
+            _described("allow_other", "let other users reach the mount (FUSE option)"),
+            listed,
+            _described("", "the same as the options of the same name below (dashes or underscores)"),
+            _described("_netdev, noauto, nofail, auto, user, defaults", "for mount(8) alone: ignored"),
+            _described("anything else", "passed to FUSE (e.g. default_permissions)"),
+        ]
+    )
+
+
+def _described(name: str, text: str) -> str:
+    """`  NAME   text` in two columns, as argparse lays out its options."""
+    lines = textwrap.wrap(text, 54)
+    if len(name) > 20:
+        return f"  {name}\n" + "\n".join(" " * 24 + line for line in lines)
+    return "\n".join(f"  {name if i == 0 else '':<22}{line}" for i, line in enumerate(lines))
 
 
 def _log_options(parser: argparse.ArgumentParser) -> None:
@@ -79,12 +97,12 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "source",
         type=Path,
-        help="the native files: a folder (or, for wallaby and proio, also a single file)",
+        help="the native files: a folder (or, for formats that read one, a single file)",
     )
     group = parser.add_argument_group("source options")
     group.add_argument(
         "--format",
-        choices=sorted(FORMATS),
+        choices=registry.names(),
         help="native format (default: detected from the files' magic bytes)",
     )
     group.add_argument(
@@ -94,32 +112,16 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the index and the Parquet twins are kept (default ~/.cache/fmtfs)",
     )
-    group.add_argument(
-        "--key-file",
-        type=Path,
-        metavar="FILE",
-        help="AES-128 key of encrypted Beats segments: 16 raw bytes or 32 hex characters "
-        "(or set FMTFS_BEATS_PASSWORD)",
-    )
-    group.add_argument(
-        "--time-bucket",
-        choices=("minute", "hour", "day"),
-        default="hour",
-        help="the UTC period of each file in buckets/ folders (default: hour)",
-    )
-    group.add_argument(
-        "--descriptor-set",
-        type=Path,
-        metavar="FILE",
-        help="a protobuf FileDescriptorSet for proio streams that carry no descriptors",
-    )
-    group.add_argument(
-        "--kestrel-journal-size",
-        type=int,
-        default=16 << 20,
-        metavar="BYTES",
-        help="start a new kestrel writer file past this size when writing (default 16 MiB)",
-    )
+    for option in registry.all_options():  # every format's own options
+        group.add_argument(
+            option.flag,
+            dest=option.name,
+            type=option.parse_text,
+            choices=option.choices or None,
+            default=None,  # not given: the format's default applies
+            metavar=option.metavar,
+            help=option.help_text(),
+        )
 
 
 def _command(
@@ -135,10 +137,11 @@ def _command(
 
 
 def build_parser() -> argparse.ArgumentParser:
+    env = environment()
     parser = argparse.ArgumentParser(
         prog="fmtfs",
-        description=ABOUT,
-        epilog=ENVIRONMENT + "\n\nRun `fmtfs COMMAND --help` for a command's options.",
+        description=about(),
+        epilog=env + "\n\nRun `fmtfs COMMAND --help` for a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"fmtfs {__version__}")
@@ -148,7 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "mount",
         "index SOURCE, mount its views at MOUNTPOINT, and return once the mount answers",
-        MOUNT_OPTIONS + "\n\n" + ENVIRONMENT,
+        mount_options() + "\n\n" + env,
     )
     _source_options(mount)
     mount.add_argument("mountpoint", type=Path, help="an existing, empty folder")
@@ -177,7 +180,7 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "index",
         "build SOURCE's on-disk index ahead of a mount, showing progress on a terminal",
-        ENVIRONMENT,
+        env,
     )
     index.add_argument(
         "--no-parquet",
@@ -191,13 +194,13 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "info",
         "summarise SOURCE: format, streams, records, sizes, time range, errors",
-        ENVIRONMENT,
+        env,
     )
     _source_options(info)
     info.add_argument("--json", action="store_true", help="print the _fmtfs.json document instead")
     _log_options(info)
 
-    ls = _command(commands, "ls", "list SOURCE's views without mounting", ENVIRONMENT)
+    ls = _command(commands, "ls", "list SOURCE's views without mounting", env)
     _source_options(ls)
     ls.add_argument(
         "viewpath", nargs="?", default="", help="a folder or file of the view tree (default: root)"
@@ -206,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("-R", dest="recursive", action="store_true", help="list sub-folders too")
     _log_options(ls)
 
-    cat = _command(commands, "cat", "print a view file of SOURCE without mounting", ENVIRONMENT)
+    cat = _command(commands, "cat", "print a view file of SOURCE without mounting", env)
     _source_options(cat)
     cat.add_argument("viewpath", help="the view's path, as `fmtfs ls -R SOURCE` shows it")
     _log_options(cat)
@@ -242,24 +245,9 @@ def setup_logging(args: argparse.Namespace) -> None:
 
 
 def format_options(args: argparse.Namespace) -> dict[str, Any]:
-    return {
-        "key": resolve_key(args),
-        "time_bucket": args.time_bucket,
-        "descriptor_set": args.descriptor_set,
-        "kestrel_journal_size": args.kestrel_journal_size,
-    }
-
-
-def resolve_key(args: argparse.Namespace) -> bytes | None:
-    """The beats AES key from --key-file or FMTFS_BEATS_PASSWORD; never logged."""
-    password = os.environ.get("FMTFS_BEATS_PASSWORD")
-    if args.key_file is None and not password:
-        return None
-    from fmtfs.formats.beats import derive_key, read_key_file
-
-    if args.key_file is not None:
-        return read_key_file(args.key_file)
-    return derive_key(password)
+    """The format options given on the command line, parsed (not given: absent)."""
+    given = {option.name: getattr(args, option.name, None) for option in registry.all_options()}
+    return {name: value for name, value in given.items() if value is not None}
 
 
 def cache_dir(args: argparse.Namespace) -> Path:
@@ -267,7 +255,12 @@ def cache_dir(args: argparse.Namespace) -> Path:
 
 
 def open_format(args: argparse.Namespace) -> Format:
-    return open_source(args.source, args.format, format_options(args))
+    given = format_options(args)
+    fmt = registry.open_source(args.source, args.format, given)
+    declared = {option.name for option in fmt.declared_options}
+    for name in sorted(set(given) - declared):
+        log.warning("--%s does not apply to %s sources: ignored", name.replace("_", "-"), fmt.name)
+    return fmt
 
 
 def open_tree(
@@ -419,10 +412,7 @@ def cmd_mount(args: argparse.Namespace) -> None:
         return tree
 
     if args.foreground:
-        try:
-            daemon.run_mount(prepare(), mountpoint, options, ready=None)
-        except daemon.MountRefused as exc:
-            raise UserError(str(exc)) from None
+        daemon.run_mount(prepare(), mountpoint, options, ready=None)
         return
     daemon.mount_in_background(prepare, mountpoint, options, args.log_file or cache_dir(args) / "fmtfs.log")
 
@@ -453,7 +443,7 @@ def main(argv: list[str] | None = None) -> int:
         setup_logging(args)
         COMMANDS[args.command](args)
         sys.stdout.flush()
-    except (UserError, FormatError) as exc:
+    except UserError as exc:  # FormatError and MountRefused too
         print(f"fmtfs: {exc}", file=sys.stderr)
         return 1
     except BrokenPipeError:

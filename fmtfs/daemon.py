@@ -18,16 +18,13 @@ from pathlib import Path
 import pyfuse3
 import trio
 
+from fmtfs.errors import MountRefused, UserError
 from fmtfs.fuse import FmtfsOperations, serve
 from fmtfs.twins import start_builder
 from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")
 READY = b"ready\n"
-
-
-class MountRefused(Exception):
-    """FUSE would not mount (a bad -o option, no /dev/fuse): one line for the user."""
 
 
 def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int | None) -> None:
@@ -80,8 +77,6 @@ def mount_in_background(
     """Fork; the child indexes the source and mounts; the parent returns when
     the child says READY, or raises with the child's one-line error.  The
     child logs to `log_file` at the level the command line set."""
-    from fmtfs.cli import UserError
-
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid:

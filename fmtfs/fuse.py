@@ -43,6 +43,11 @@ POLL_SECONDS = 1.0
 
 
 def _errors_to_fuse(handler):
+    """The tree's exceptions as FUSE errors.  A line the format cannot
+    encode is BadRecord (EINVAL); a user-facing FormatError is EIO with its
+    one line; anything else (a decoder's ValueError included) is a bug:
+    EIO, logged with its traceback, and the mount keeps serving."""
+
     @functools.wraps(handler)
     async def wrapper(*args, **kwargs):
         try:
@@ -58,9 +63,6 @@ def _errors_to_fuse(handler):
             raise pyfuse3.FUSEError(errno.EROFS if exc.read_only_kind else errno.EACCES) from None
         except BadRecord as exc:  # already logged and in _errors.jsonl (ViewWriter._refuse)
             log.debug("invalid write: %s", exc)
-            raise pyfuse3.FUSEError(errno.EINVAL) from None
-        except ValueError as exc:
-            log.warning("invalid write: %s", exc)
             raise pyfuse3.FUSEError(errno.EINVAL) from None
         except FormatError as exc:
             log.error("%s", exc)
@@ -322,6 +324,8 @@ class FmtfsOperations(pyfuse3.Operations):
 
     @_errors_to_fuse
     async def fsync(self, fh, datasync):
+        # `datasync` (pyfuse3's signature) changes nothing: a flush writes
+        # the encoded records and syncs the native files, data and metadata
         await self.flush(fh)
 
     @_errors_to_fuse

@@ -307,11 +307,8 @@ class SourceTree:
         self.progress = progress  # told of every chunk indexed (fmtfs index's progress bar)
         self.readonly = readonly
         self.source_key = f"{fmt.name}:{fmt.source.resolve()}"
-        options_key = {k: v for k, v in fmt.options.items() if k != "key"}
-        if fmt.options.get("key"):
-            options_key["key"] = digest("fmtfs-key", fmt.options["key"].hex())[:8]
         permissions.private_folder(cache_dir)  # it holds decoded records (derived views, Parquet)
-        self.index = Index(cache_dir, self.source_key, f"{__version__}/{digest(options_key)}")
+        self.index = Index(cache_dir, self.source_key, f"{__version__}/{digest(fmt.options_identity())}")
         permissions.private_file(cache_dir / "index.sqlite3")  # SQLite's journals copy its mode
         self.index_dir = cache_dir
         self.parquet_dir = cache_dir / "parquet"
@@ -478,10 +475,7 @@ class SourceTree:
             "streams": len(entries),
             "records": sum(e.record_count for e in entries),
             "errors": len(self._all_problems(entries)),
-            "options": {
-                k: str(v) if isinstance(v, Path) else v for k, v in self.format.options.items() if k != "key"
-            }
-            | {"encrypted_key": bool(self.format.options.get("key")), "read_only": self.readonly},
+            "options": self.format.public_options() | {"read_only": self.readonly},
             "details": self.format.info(),
         }
         return render_document(document)

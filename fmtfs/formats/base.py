@@ -28,6 +28,7 @@ schema   what the format declares of a record view's fields (times and
 
 from __future__ import annotations
 
+import hashlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
@@ -35,16 +36,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from fmtfs.errors import FormatError
+from fmtfs.formats import options as declared
 from fmtfs.formats.schema import ViewSchema
 
 Record = dict[str, Any]
 # Opaque, JSON-serialisable decoder state (e.g. the next sequence number, a
 # CTR block counter, proio metadata carried across buckets).
 State = dict[str, Any]
-
-
-class FormatError(Exception):
-    """A user-facing problem with a source (printed as one line, no traceback)."""
 
 
 class BadRecord(ValueError):
@@ -168,10 +167,37 @@ class Format(ABC):
     """One native format bound to one source."""
 
     name: ClassVar[str]
+    # its options: every front end (flags, -o, Spark, _fmtfs.json) spells
+    # them from here (fmtfs.formats.options)
+    declared_options: ClassVar[tuple[declared.Option, ...]] = ()
+    # what detection looks for, for the error when nothing is found
+    # ("wallaby LOG/IDX files")
+    looks_for: ClassVar[str] = "its files"
+    # a title for `fmtfs --help` ("the wallaby write-ahead log")
+    title: ClassVar[str] = ""
+    # environment variables the format reads: (name, what for), for --help
+    environment: ClassVar[tuple[tuple[str, str], ...]] = ()
 
     def __init__(self, source: Path, options: dict[str, Any]) -> None:
         self.source = source
-        self.options = options  # key, time_bucket, descriptor_set, ...
+        # option name -> parsed value; declared options missing get their default
+        self.options = declared.values(self.declared_options, options)
+
+    def public_options(self) -> dict[str, Any]:
+        """The options in force as `_fmtfs.json` shows them: never a secret."""
+        return declared.public(self.declared_options, self.options)
+
+    def options_identity(self) -> dict[str, Any]:
+        """The options as the chunk index is keyed by them: public options as
+        they are, anything else (a secret, a key a format resolved) by a
+        digest of it, so a changed key never reuses records decoded with the
+        old one."""
+        shown = self.public_options()
+        return shown | {
+            name: hashlib.sha256(repr(value).encode()).hexdigest()[:16]
+            for name, value in sorted(self.options.items())
+            if name not in shown
+        }
 
     @classmethod
     @abstractmethod

@@ -19,6 +19,7 @@ from typing import Any, ClassVar
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
 from fmtfs.formats.files import fsync_path, read_prefix
+from fmtfs.formats.options import TIME_BUCKET
 from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.formats.timerange import native_range
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
@@ -214,6 +215,9 @@ class WallabyLog(Stream):
 
 class WallabyFormat(Format):
     name: ClassVar[str] = "wallaby"
+    title = "wallaby write-ahead logs"
+    looks_for = "LOG/IDX files"
+    declared_options = (TIME_BUCKET,)
 
     @classmethod
     def detect(cls, source: Path) -> bool:
@@ -229,7 +233,7 @@ class WallabyFormat(Format):
         return sorted(p for p in self.source.iterdir() if is_log(p))
 
     def streams(self) -> list[Stream]:
-        bucket = self.options.get("time_bucket") or "hour"
+        bucket = self.options["time_bucket"]
         logs = self.logs()
         # kept for writable(): a listing asks it of every view, and a folder
         # scan per view made `ls -l` of N logs O(N^2)

@@ -19,9 +19,9 @@ Arrow batches), `timefilter` (pushed time comparisons vs chunk time
 ranges), `batch` and `streaming` (the two readers), `datasource` (the
 DataSource Spark instantiates).
 
-Options: format, view (required), timeBucket (minute|hour|day),
-descriptorSet, keyFile (beats AES key; FMTFS_BEATS_PASSWORD works too, on
-every executor), kestrelJournalSize, cacheDir, types (json|parquet),
+Options: format, view (required), every option the format declares under
+its camelCase name (fmtfs.formats.options: key_file is keyFile), cacheDir,
+types (json|parquet),
 inferChunks (chunks sampled for the schema, default 8, or `all`),
 partitionBytes (rendered bytes per input partition; default Spark's rule
 for files: min(128 MiB, max(4 MiB, bytes / cores))), parallelism (the

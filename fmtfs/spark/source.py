@@ -4,11 +4,14 @@ decode the chunks they are given and need no index)."""
 
 from __future__ import annotations
 
-import argparse
 import os
 import threading
 from pathlib import Path
 from typing import Any
+
+from fmtfs.formats.base import Format
+from fmtfs.formats.options import Option, from_spark
+from fmtfs.formats.registry import detect, format_class, open_source
 
 Options = dict[str, str]
 
@@ -17,16 +20,13 @@ def lower_options(options: Any) -> Options:
     return {str(k).lower(): str(v) for k, v in dict(options).items()}
 
 
-def format_options(opts: Options) -> dict[str, Any]:
-    from fmtfs.cli import format_options as cli_options
-
-    args = argparse.Namespace(
-        key_file=Path(opts["keyfile"]) if opts.get("keyfile") else None,
-        time_bucket=opts.get("timebucket", "hour"),
-        descriptor_set=Path(opts["descriptorset"]) if opts.get("descriptorset") else None,
-        kestrel_journal_size=int(opts.get("kestreljournalsize", 16 << 20)),
-    )
-    return cli_options(args)
+def format_options(opts: Options, declared: tuple[Option, ...]) -> dict[str, Any]:
+    """A format's declared options found among the reader's options, under
+    their camelCase names (`keyFile`; Spark lowercases keys, any case works)."""
+    try:
+        return from_spark(declared, opts)
+    except ValueError as exc:
+        raise ValueError(f"fmtfs data source: {exc}") from None
 
 
 def source_path(opts: Options) -> Path:
@@ -36,10 +36,10 @@ def source_path(opts: Options) -> Path:
     return Path(path)
 
 
-def open_format(opts: Options):
-    from fmtfs.formats import open_source
-
-    return open_source(source_path(opts), opts.get("format") or None, format_options(opts))
+def open_format(opts: Options) -> Format:
+    source = source_path(opts)
+    name = opts.get("format") or detect(source)
+    return open_source(source, name, format_options(opts, format_class(name).declared_options))
 
 
 def cache_dir(opts: Options) -> Path:

@@ -9,6 +9,7 @@ from typing import Any
 
 from fmtfs.formats.base import Format, FormatError, Problem, ReadOnlyView, Stream, ViewSlice, Writer
 from fmtfs.formats.beats import columns
+from fmtfs.formats.beats.keys import KEY_FILE, PASSWORD_VARIABLE, resolve_key
 from fmtfs.formats.beats.layout import (
     OPT_ENCRYPTED,
     HeaderError,
@@ -19,6 +20,7 @@ from fmtfs.formats.beats.layout import (
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Segment
 from fmtfs.formats.beats.stream import SegmentStream, view_path
 from fmtfs.formats.beats.writer import SegmentWriter, create_segment
+from fmtfs.formats.options import TIME_BUCKET
 from fmtfs.formats.schema import ViewSchema
 
 STATE_FILE = "state.dat"
@@ -50,13 +52,29 @@ def segment_files(source: Path) -> tuple[list[tuple[int, Path]], list[Problem]]:
 
 class BeatsFormat(Format):
     name = "beats"
+    title = "Elastic Beats disk queue"
+    looks_for = "<id>.seg segments"
+    declared_options = (KEY_FILE, TIME_BUCKET)
+    environment = (
+        (
+            PASSWORD_VARIABLE,
+            "password of encrypted Beats segments; the AES key is derived from it "
+            "(PBKDF2-HMAC-SHA1, 4096 rounds) unless --key-file is given",
+        ),
+    )
 
     def __init__(self, source: Path, options: dict[str, Any]) -> None:
-        super().__init__(source, options)
-        self.key: bytes | None = options.get("key")
+        # the key file (or password) becomes the key once, here: decode
+        # workers are handed the options with the key, never re-read the file
+        rest = {name: value for name, value in options.items() if name not in ("key_file", "key")}
+        self.key: bytes | None = resolve_key(options.get("key_file"), options.get("key"))
+        super().__init__(source, rest | {"key": self.key})
         self._streams: dict[int, SegmentStream] = {}
         self._newest: int | None = None  # the newest segment id streams() listed
         self._check_keys()
+
+    def public_options(self) -> dict[str, Any]:
+        return super().public_options() | {"encrypted_key": self.key is not None}
 
     # -- detection -------------------------------------------------------------
 
@@ -112,7 +130,7 @@ class BeatsFormat(Format):
         for seg_id, path in current:
             stream = self._streams.get(seg_id)
             if stream is None or stream.path != path:
-                bucket = self.options.get("time_bucket") or "hour"
+                bucket = self.options["time_bucket"]
                 stream = self._streams[seg_id] = SegmentStream(seg_id, path, self.key, bucket)
             out.append(stream)
         self._newest = current[-1][0] if current else None

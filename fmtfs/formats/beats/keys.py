@@ -6,16 +6,40 @@ its failure to decrypt a first frame is reported."""
 from __future__ import annotations
 
 import hashlib
+import os
 import string
 from pathlib import Path
 
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 from fmtfs.formats.base import FormatError
+from fmtfs.formats.options import Option
 from fmtfs.permissions import warn_if_shared
 
 KEY_SIZE = 16
 _HEX = frozenset(string.hexdigits)
+PASSWORD_VARIABLE = "FMTFS_BEATS_PASSWORD"
+
+KEY_FILE = Option(
+    "key_file",
+    "AES-128 key of encrypted Beats segments: 16 raw bytes or 32 hex characters "
+    f"(or set {PASSWORD_VARIABLE})",
+    parse=Path,
+    metavar="FILE",
+    secret=True,
+)
+
+
+def resolve_key(key_file: str | Path | None, key: bytes | None = None) -> bytes | None:
+    """The AES key: `key` when already resolved (a decode worker, a test),
+    else read from `key_file`, else derived from $FMTFS_BEATS_PASSWORD;
+    None when there is none."""
+    if key is not None:
+        return key
+    if key_file is not None:
+        return read_key_file(key_file)
+    password = os.environ.get(PASSWORD_VARIABLE)
+    return derive_key(password) if password else None
 
 
 def derive_key(password: str) -> bytes:

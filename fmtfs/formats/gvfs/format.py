@@ -145,6 +145,8 @@ class GvfsJournalWriter(Writer):
 
 class GvfsFormat(Format):
     name = "gvfs"
+    title = "gvfs metadata"
+    looks_for = "metadata trees and journals"
 
     @classmethod
     def detect(cls, source: Path) -> bool:

@@ -57,12 +57,24 @@ from fmtfs.formats.kestrel.shapes import (
 )
 from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
 from fmtfs.formats.kestrel.writers import DEFAULT_JOURNAL_SIZE, PutWriter, ReaderWriter
+from fmtfs.formats.options import TIME_BUCKET, Option
 from fmtfs.formats.schema import ViewSchema
 from fmtfs.shape import encode_name
+
+JOURNAL_SIZE = Option(
+    "kestrel_journal_size",
+    "start a new kestrel writer file past this size when writing",
+    parse=int,
+    default=DEFAULT_JOURNAL_SIZE,
+    metavar="BYTES",
+)
 
 
 class KestrelFormat(Format):
     name = "kestrel"
+    title = "Kestrel journals"
+    looks_for = "<queue>.<n> journals"
+    declared_options = (TIME_BUCKET, JOURNAL_SIZE)
 
     @classmethod
     def detect(cls, source: Path) -> bool:
@@ -94,7 +106,7 @@ class KestrelFormat(Format):
         # scan per view made `ls -l` of N writer files O(N^2)
         self._listed = self._queues()
         for _, queue in sorted(self._listed.items()):
-            bucket = self.options.get("time_bucket") or "hour"
+            bucket = self.options["time_bucket"]
             out.extend(WriterStream(w, bucket) for w in queue.writers)
             out.extend(LegacyStream(f) for f in queue.legacy)
         return out
@@ -174,7 +186,7 @@ class KestrelFormat(Format):
         return {"journal_size": self._journal_size(), "queues": queues}
 
     def _journal_size(self) -> int:
-        return int(self.options.get("kestrel_journal_size") or DEFAULT_JOURNAL_SIZE)
+        return int(self.options["kestrel_journal_size"])
 
     # -- writing -------------------------------------------------------------
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from fmtfs.formats.base import DerivedRender, Format, FormatError, ReadOnlyView, Stream, Writer
 from fmtfs.formats.files import read_prefix
+from fmtfs.formats.options import Option
 from fmtfs.formats.proio import columns, wire
 from fmtfs.formats.proio.reader import ProioStream, _Source, summary, walk_heads
 from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descriptor_set
@@ -37,6 +38,16 @@ def _is_stream(path: Path) -> bool:
 
 class ProioFormat(Format):
     name = "proio"
+    title = "proio event streams"
+    looks_for = ".proio files or bucket magics"
+    declared_options = (
+        Option(
+            "descriptor_set",
+            "a protobuf FileDescriptorSet for proio streams that carry no descriptors",
+            parse=Path,
+            metavar="FILE",
+        ),
+    )
 
     def __init__(self, source: Path, options: dict[str, Any]) -> None:
         super().__init__(source, options)

@@ -1,0 +1,122 @@
+"""Which formats exist: the `fmtfs.formats` entry-point group.
+
+A format is a package with a `Format` subclass, registered under its name:
+
+    [project.entry-points."fmtfs.formats"]
+    tally = "tally_format:TallyFormat"
+
+fmtfs's own five are declared the same way in its pyproject.toml; BUILTIN
+holds them too, for a checkout whose package metadata is not installed.
+Classes are imported on first use, so a format whose module cannot load
+(a missing optional dependency) is skipped by detection and listings and
+breaks no other format's mount.
+
+Detection asks the formats in order: the built-in ones first (their magics
+are strict), then the others by name.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Iterator
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from fmtfs.errors import FormatError
+from fmtfs.formats.base import Format
+from fmtfs.formats.options import Option, unique, values
+
+log = logging.getLogger("fmtfs")
+
+GROUP = "fmtfs.formats"
+BUILTIN: dict[str, str] = {
+    "beats": "fmtfs.formats.beats:BeatsFormat",
+    "kestrel": "fmtfs.formats.kestrel:KestrelFormat",
+    "wallaby": "fmtfs.formats.wallaby:WallabyFormat",
+    "gvfs": "fmtfs.formats.gvfs:GvfsFormat",
+    "proio": "fmtfs.formats.proio:ProioFormat",
+}
+
+_targets: dict[str, str] | None = None
+_classes: dict[str, type[Format]] = {}
+
+
+def _scan() -> dict[str, str]:
+    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
+    builtin = {name: found.pop(name, target) for name, target in BUILTIN.items()}
+    return builtin | dict(sorted(found.items()))
+
+
+def targets(rescan: bool = False) -> dict[str, str]:
+    """Format name -> "module:Class", in detection order."""
+    global _targets
+    if _targets is None or rescan:
+        _targets = _scan()
+    return _targets
+
+
+def names() -> list[str]:
+    return list(targets())
+
+
+def format_class(name: str) -> type[Format]:
+    cls = _classes.get(name)
+    if cls is not None:
+        return cls
+    known = targets()
+    if name not in known:  # registered since the last look (a path added at run time)
+        known = targets(rescan=True)
+    try:
+        target = known[name]
+    except KeyError:
+        raise FormatError(f"unknown format {name!r} (one of: {', '.join(known)})") from None
+    module_name, _, class_name = target.partition(":")
+    cls = getattr(importlib.import_module(module_name), class_name)
+    if not (isinstance(cls, type) and issubclass(cls, Format)):
+        raise FormatError(f"format {name!r} ({target}) is not a fmtfs Format class")
+    _classes[name] = cls
+    return cls
+
+
+def loadable() -> Iterator[type[Format]]:
+    """Every registered format class that imports, in detection order."""
+    for name in targets():
+        try:
+            yield format_class(name)
+        except (ImportError, AttributeError, FormatError) as exc:
+            log.debug("format %s is not usable here: %s", name, exc)
+
+
+def all_options() -> list[Option]:
+    """The options of every format, each name once (for the command line)."""
+    return unique(option for cls in loadable() for option in cls.declared_options)
+
+
+def detect(source: Path) -> str:
+    """The name of the format whose files `source` holds."""
+    if not source.exists():
+        raise FormatError(f"{source}: no such file or directory")
+    formats = list(loadable())
+    for cls in formats:
+        if cls.detect(source):
+            return cls.name
+    looked_for = ", ".join(f"{cls.name} {cls.looks_for}" for cls in formats)
+    raise FormatError(f"{source}: no known format detected (looked for {looked_for}); use --format")
+
+
+def open_source(source: Path, format_name: str | None, options: dict) -> Format:
+    """The format of `source` (named, or detected) opened with `options`
+    (parsed values by option name; defaults fill the rest)."""
+    name = format_name or detect(source)
+    cls = format_class(name)
+    if format_name and not cls.detect(source) and _has_files(source):
+        # an empty folder is fine: writing through the mount may create data
+        raise FormatError(f"{source}: does not hold {name} files (try without --format)")
+    return cls(source, values(cls.declared_options, options))
+
+
+def _has_files(source: Path) -> bool:
+    if not source.exists():
+        raise FormatError(f"{source}: no such file or directory")
+    return source.is_file() or any(p.is_file() for p in source.iterdir())
