@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from fmtfs import __version__, summary, twins
 from fmtfs.errors import UserError
 from fmtfs.formats import registry
 from fmtfs.formats.base import Format
+from fmtfs.formats.options import Option
 from fmtfs.index import Progress
 from fmtfs.mountoptions import expand_options
 from fmtfs.progress import IndexProgress, TwinProgress, native_size, on_terminal
@@ -116,12 +118,24 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
         group.add_argument(
             option.flag,
             dest=option.name,
-            type=option.parse_text,
+            type=_argument_type(option),
             choices=option.choices or None,
             default=None,  # not given: the format's default applies
             metavar=option.metavar,
             help=option.help_text(),
         )
+
+
+def _argument_type(option: Option) -> Callable[[str], Any]:
+    """option.parse_text as argparse wants it: its message in the usage error."""
+
+    def parse(text: str) -> Any:
+        try:
+            return option.parse_text(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    return parse
 
 
 def _command(

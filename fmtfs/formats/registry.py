@@ -79,9 +79,9 @@ def format_class(name: str) -> type[Format]:
     return cls
 
 
-def loadable() -> Iterator[type[Format]]:
+def loadable(rescan: bool = False) -> Iterator[type[Format]]:
     """Every registered format class that imports, in detection order."""
-    for name in targets():
+    for name in targets(rescan):
         try:
             yield format_class(name)
         except (ImportError, AttributeError, FormatError) as exc:
@@ -101,6 +101,12 @@ def detect(source: Path) -> str:
     for cls in formats:
         if cls.detect(source):
             return cls.name
+    # a format registered since the registry was read (a path added at run time)
+    for cls in loadable(rescan=True):
+        if cls not in formats:
+            formats.append(cls)
+            if cls.detect(source):
+                return cls.name
     looked_for = ", ".join(f"{cls.name} {cls.looks_for}" for cls in formats)
     raise FormatError(f"{source}: no known format detected (looked for {looked_for}); use --format")
 
