@@ -69,6 +69,7 @@ class BeatsFormat(Format):
         rest = {name: value for name, value in options.items() if name not in ("key_file", "key")}
         self.key: bytes | None = resolve_key(options.get("key_file"), options.get("key"))
         super().__init__(source, rest | {"key": self.key})
+        del self.options["key_file"]  # the key replaces it (what workers and the index get)
         self._streams: dict[int, SegmentStream] = {}
         self._newest: int | None = None  # the newest segment id streams() listed
         self._check_keys()
