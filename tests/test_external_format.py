@@ -6,8 +6,9 @@
 importlib.metadata because the folder is on PYTHONPATH.  A tally sheet is a
 `<name>.tally` text file: a `TALLY 1` header line, then `<item> <count>`
 lines; it shows as `<name>/records.jsonl` with `{"line", "item", "count"}`
-lines.  It declares one option, `tally_scale` (every count is multiplied by
-it), which fmtfs spells --tally-scale, -o tally_scale= and Spark tallyScale.
+lines, whose kinds it declares (fmtfs.formats.schema).  It declares one
+option, `tally_scale` (every count is multiplied by it), which fmtfs spells
+--tally-scale, -o tally_scale= and Spark tallyScale.
 
 With only that, the test gets: `fmtfs ls` and `cat` (the option as a flag),
 a real FUSE mount (ls, cat, the option in -o, an append written through to
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Stream, Writer
 from fmtfs.formats.options import Option
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 
 HEADER = b"TALLY 1\\n"
 LINES_PER_CHUNK = 3
@@ -126,6 +128,9 @@ class TallyFormat(Format):
 
     def streams(self):
         return [TallyStream(p, self.options["tally_scale"]) for p in self._sheets()]
+
+    def view_schema(self, view_path):
+        return ViewSchema(Field("line", Kind.INT), Field("item", Kind.STRING), Field("count", Kind.INT))
 
     def writer(self, view_path, create):
         for path in self._sheets():
@@ -217,6 +222,7 @@ def test_a_real_mount_reads_writes_and_has_a_parquet_twin(package, source, tmp_p
         assert view.read_bytes() == lines(EXPECTED)
         twin = pq.read_table(mnt / "parquet" / "market" / "records.parquet")
         assert twin.to_pylist() == EXPECTED
+        assert [str(t) for t in twin.schema.types] == ["int64", "string", "int64"]  # as declared
         with open(view, "ab") as fh:
             fh.write(b'{"item": "kiwis", "count": 13}\n')
         assert (source / "market.tally").read_bytes() == SHEET + b"kiwis 13\n"
