@@ -19,6 +19,11 @@ subprocesses:
   ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
   write_through  `cat lines >> view`                            vs  the format's encoder in process
   peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
+  twins_*        Parquet twins (figure_twins): `fmtfs index` building every twin vs the plain loop;
+                 the background builder after a mount with the peak RSS of the mount and of its
+                 builder child (MB); `ls -l parquet/<folder>` with the twins on disk vs regular files;
+                 spark.read.parquet(parquet/<folder>).count() over the mount vs spark.read.json of
+                 the same JSON bytes in a plain folder (scripts/bench_twins.py: one format, any size)
 
 The "plain loop" (scripts/plain_loops.py) decodes and renders without fmtfs
 (beats, wallaby, kestrel); proio and gvfs, whose decoding needs a schema
@@ -64,6 +69,7 @@ from fmtfs.formats import open_source  # noqa: E402
 from fmtfs.render import parse_lines, render_views  # noqa: E402
 
 FORMATS = ("beats", "wallaby", "kestrel", "proio", "gvfs")
+PARQUET = "parquet"  # the mount's folder of Parquet twins
 OPTIONS = {"key": None, "time_bucket": "hour", "descriptor_set": None, "kestrel_journal_size": 16 << 20}
 
 
@@ -218,6 +224,8 @@ class PeakRss:
     def __init__(self, mnt: Path) -> None:
         self.root = _mount_pid(mnt)
         self.peak = 0
+        self.own_peak = 0  # the mount process alone
+        self.children_peak = 0  # its descendants together (decode workers, the twin builder)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -231,7 +239,10 @@ class PeakRss:
 
     def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, sum(_rss(pid) for pid in _tree(self.root)))
+            own, *children = (_rss(pid) for pid in _tree(self.root))
+            self.own_peak = max(self.own_peak, own)
+            self.children_peak = max(self.children_peak, sum(children))
+            self.peak = max(self.peak, own + sum(children))
             if self._stop.wait(0.05):
                 return
 
@@ -613,6 +624,96 @@ def figure_time_filter(run: FormatRun) -> list[Figure]:
     ]
 
 
+def figure_twins(run: FormatRun) -> list[Figure]:
+    """Parquet twins: every twin built by `fmtfs index` (the index is
+    already there) vs the plain loop over the same source; the background
+    builder of a fresh mount, with the peak RSS of the mount and of its
+    children (the builder process); `ls -l` of the twins on disk vs as many
+    regular files."""
+    cache = run.scratch / "cache"
+    shutil.rmtree(cache / "parquet", ignore_errors=True)
+    build, _ = timed(lambda: fmtfs("index", run.source, "--cache-dir", cache, "-q"))
+    run_baseline(run)
+    built = sorted(p.name for p in (cache / "parquet").glob("*.parquet"))
+    shutil.rmtree(cache / "parquet")
+    mnt = run.scratch / "mnt"
+    with mounted(run.source, mnt, cache), PeakRss(mnt) as rss:
+        start = time.perf_counter()
+        while len(list((cache / "parquet").glob("*.parquet"))) < len(built):
+            if time.perf_counter() - start > 3600:
+                raise SystemExit(f"{run.fmt}: the background builder made no {len(built)} twins in an hour")
+            time.sleep(0.1)  # nobody stats parquet/: the background builder makes them all
+        background = time.perf_counter() - start
+    plain = run.fresh("plain-twins")
+    with mounted(run.source, mnt, cache):
+        twins = sorted(p for p in (mnt / PARQUET / run.layout.spark_folder).iterdir() if p.is_file())
+        listed = _ls(twins)
+    for twin in twins:
+        (plain / twin.name).touch()
+    regular = _ls([plain / twin.name for twin in twins])
+    mb = run.native_bytes / 1e6
+    base = sum(run.baseline_seconds) / len(run.baseline_seconds)
+    own, children = rss.own_peak / 1e6, rss.children_peak / 1e6
+    return [
+        Figure(
+            "twins_build",
+            build / base,
+            f"{len(built)} twins in {build:.2f} s ({mb / build:.1f} MB/s)",
+            f"{run.baseline_kind} {base:.2f} s",
+            "time ratio (lower is better)",
+        ),
+        Figure(
+            "twins_background_s",
+            background,
+            f"{len(built)} twins in {background:.2f} s after a mount",
+            "-",
+            "s (nice 19, one child)",
+        ),
+        Figure("twins_rss_mount_mb", own, f"{own:.0f} MB (mount)", "-", "< 300 with the child"),
+        Figure(
+            "twins_rss_builder_mb",
+            children,
+            f"{children:.0f} MB (builder child + decode workers)",
+            "-",
+            "< 300 with mount",
+        ),
+        Figure(
+            "twins_ls",
+            listed / regular,
+            f"{len(twins)} twins {listed:.3f} s",
+            f"regular {regular:.3f} s",
+            "-",
+        ),
+    ]
+
+
+def figure_spark_parquet(run: FormatRun) -> list[Figure]:
+    """spark.read.parquet(parquet/<folder>).count() over a mount (twins on
+    disk) vs spark.read.json of the same JSON bytes in a plain folder."""
+    spark = spark_session()
+    mnt, cache = run.scratch / "mnt", run.scratch / "cache"
+    plain = run.fresh("plain-spark-json")
+    with mounted(run.source, mnt, cache):
+        for view in (mnt / run.layout.spark_folder).iterdir():
+            if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
+                shutil.copyfile(view, plain / view.name)
+        twins = str(mnt / PARQUET / run.layout.spark_folder)
+        rows = {spark.read.parquet(twins).count(), spark.read.json(str(plain)).count()}  # warm both
+        parquet_s, n = timed(lambda: spark.read.parquet(twins).count())
+        json_s, m = timed(lambda: spark.read.json(str(plain)).count())
+    if len(rows | {n, m}) != 1:
+        raise SystemExit(f"{run.fmt}: the twins and the JSON views hold different rows: {rows | {n, m}}")
+    return [
+        Figure(
+            "spark_parquet",
+            parquet_s / json_s,
+            f"read.parquet twins {parquet_s:.2f} s",
+            f"read.json plain {json_s:.2f} s",
+            "< 1 (lower is better)",
+        )
+    ]
+
+
 # The order matters: first_mount builds the index the later figures reuse,
 # figure_cat leaves the view copies figure_write_through takes lines from.
 FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
@@ -620,8 +721,13 @@ FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
     figure_cat,
     figure_listing,
     figure_write_through,
+    figure_twins,
 ]
-SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [figure_spark, figure_time_filter]
+SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
+    figure_spark,
+    figure_time_filter,
+    figure_spark_parquet,
+]
 
 
 # -- driver ----------------------------------------------------------------------
