@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fmtfs import parquet, twins
@@ -202,3 +203,104 @@ def test_a_big_view_asked_for_by_a_stat_is_built_by_a_child_process(tmp_path: Pa
     path = twin.path()
     assert not built_here  # nothing was written by this process
     assert path == twin.target() and pq.read_table(path).num_rows == 2000
+
+
+# -- versions of a twin are prefixes of each other ------------------------------
+
+
+def group_starts(path_or_data) -> list[int]:
+    """Where each row group's first column chunk starts."""
+    source = io.BytesIO(path_or_data) if isinstance(path_or_data, bytes) else path_or_data
+    meta = pq.ParquetFile(source).metadata
+    starts = []
+    for i in range(meta.num_row_groups):
+        column = meta.row_group(i).column(0)
+        starts.append(column.dictionary_page_offset or column.data_page_offset)
+    return starts
+
+
+def cache_file_holding(cache: Path, data: bytes) -> Path:
+    return next(p for p in (cache / "parquet").glob("*.parquet") if p.read_bytes() == data)
+
+
+GROWTHS = {
+    # the same schema: only the new rows are written, after the old file
+    "wallaby-append": (
+        lambda tmp: wallaby_sample(tmp, 3000),
+        lambda mnt: (TWIN, VIEW),
+        b"".join(orjson.dumps({"data": f"new {i}"}) + b"\n" for i in range(40)),
+    ),
+    # a field no record had: the twin is rebuilt whole, after the old file
+    "beats-new-field": (
+        lambda tmp: beats_sample(tmp, 3000),
+        lambda mnt: (
+            f"parquet/segments/{max((p.stem for p in (mnt / 'segments').iterdir()), key=int)}.parquet",
+            f"segments/{max((p.stem for p in (mnt / 'segments').iterdir()), key=int)}.jsonl",
+        ),
+        b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, '
+        b'"fields": {"message": "hello", "brand_new": 7}}\n',
+    ),
+}
+
+
+@pytest.mark.parametrize("growth", sorted(GROWTHS))
+def test_a_reader_that_stats_before_a_switch_and_opens_after_reads_the_whole_old_file(
+    tmp_path: Path, growth: str
+) -> None:
+    make, names, lines = GROWTHS[growth]
+    (tmp_path / "src").mkdir()
+    source = make(tmp_path / "src")
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        twin_name, view_name = names(mnt)
+        twin, view = mnt / twin_name, mnt / view_name
+        old = read_whole(twin)
+        old_rows = pq.read_table(io.BytesIO(old)).num_rows
+        listed = os.stat(twin).st_size  # what Spark's driver lists
+        assert listed == len(old)
+        old_file = cache_file_holding(cache, old)
+        with open(view, "ab") as f:
+            f.write(lines)
+        added = lines.count(b"\n")
+        prefix = old_file.name.split("-")[0]
+        wait_for(
+            lambda: not old_file.exists() and list((cache / "parquet").glob(prefix + "-*.parquet")),
+            "the rebuilt twin switched in",
+        )
+        fd = os.open(twin, os.O_RDONLY)  # what an executor does seconds later
+        try:
+            seen = os.pread(fd, listed, 0)
+            whole = os.pread(fd, 1 << 30, 0)
+        finally:
+            os.close(fd)
+        assert seen == old  # the listed size reads the old file, whole
+        assert pq.read_table(io.BytesIO(seen)).num_rows == old_rows
+        assert os.stat(twin).st_size == len(whole) > listed  # a new stat sees the new version
+        table = pq.read_table(io.BytesIO(whole))
+        assert table.num_rows == old_rows + added
+        starts = group_starts(whole)
+        if growth == "wallaby-append":  # the old row groups are the new file's first ones
+            assert starts[: len(group_starts(old))] == group_starts(old) and max(starts) > listed
+            assert table.column("data").to_pylist()[-1] == b"new 39"
+        else:  # a whole rebuild, after the old bytes
+            assert min(starts) > listed
+            assert "brand_new" in table.schema.field("fields").type.names
+
+
+def test_a_twin_nobody_stated_lately_is_rebuilt_without_the_old_bytes(tmp_path: Path, monkeypatch) -> None:
+    source = beats_sample(tmp_path / "queue", 500, segments=1)
+    tree = tree_of(source, tmp_path / "cache")
+    path = "parquet/segments/0.parquet"
+    first = tree.read(path, 0, tree.size(path))  # a stat reports the first version
+
+    def add(fields: bytes) -> bytes:
+        line = b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, "fields": ' + fields + b"}\n"
+        tree.open_writer("segments/0.jsonl", False).write(line)
+        return tree.read(path, 0, tree.size(path))  # a new field: rebuilt whole
+
+    second = add(b'{"second": 1}')
+    assert second[: len(first)] == first and min(group_starts(second)) > len(first)
+    monkeypatch.setattr(twins, "GRACE_SECONDS", 0.0)  # nobody can hold the second's size any more
+    third = add(b'{"third": "x"}')
+    assert min(group_starts(third)) == 4  # right after the leading PAR1: no dead weight
+    assert pq.read_table(io.BytesIO(third)).num_rows == 502
