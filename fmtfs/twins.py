@@ -58,6 +58,7 @@ import ctypes
 import dataclasses
 import fcntl
 import logging
+import math
 import os
 import pickle
 import signal
@@ -101,6 +102,12 @@ IN_PROCESS_LIMIT = 32 << 20
 # job) may still read at that size.
 GRACE_SECONDS = 600.0
 
+# A twin grown by many small appends (a live queue) has many small row
+# groups; past this many times the groups a whole build would make (plus a
+# few), it is rebuilt whole instead.
+MAX_GROUPS_FACTOR = 2
+TARGET_EXTRA_GROUPS = 16
+
 # Key-value metadata of a twin: what its growth by appending needs.
 SHAPE_KEY = "fmtfs.shape"
 BUILT_FROM_KEY = "fmtfs.built_from"
@@ -120,6 +127,9 @@ class Twins:
         self._remove_leftovers()
 
     def note_reported(self, path: Path) -> None:
+        if len(self.reported) > 4096:  # forget what is past its grace period
+            since = time.monotonic() - GRACE_SECONDS
+            self.reported = {n: t for n, t in self.reported.items() if t >= since}
         self.reported[path.name] = time.monotonic()
 
     def reported_recently(self) -> list[str]:
@@ -270,13 +280,17 @@ class ParquetFile:
         `part`, typed as the whole view; their Shape, or None when the view
         did not grow by appending or its schema changes."""
         try:
-            meta = pq.read_metadata(base).metadata or {}
+            footer = pq.read_metadata(base)
+            meta = footer.metadata or {}
             before = orjson.loads(meta[BUILT_FROM_KEY.encode()])
             shape = _shape_of(meta[SHAPE_KEY.encode()])
         except (OSError, KeyError, ValueError, pa.ArrowInvalid):
             return None  # an older twin without the facts: rebuilt whole
         if not _grew_by_appending(before, built_from):
             return None
+        wanted = math.ceil(shape.rows / parquet.group_rows(shape.rows, shape.nbytes))
+        if footer.num_row_groups > MAX_GROUPS_FACTOR * wanted + TARGET_EXTRA_GROUPS:
+            return None  # many small appends: rewritten whole into full-sized row groups
         batches = _records_past(self.source, before["bytes"])
         if batches is None:
             return None

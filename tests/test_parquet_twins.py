@@ -304,3 +304,75 @@ def test_a_twin_nobody_stated_lately_is_rebuilt_without_the_old_bytes(tmp_path: 
     third = add(b'{"third": "x"}')
     assert min(group_starts(third)) == 4  # right after the leading PAR1: no dead weight
     assert pq.read_table(io.BytesIO(third)).num_rows == 502
+
+
+def test_a_twin_grown_by_many_small_appends_is_rebuilt_into_full_row_groups(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from fmtfs.formats.wallaby import WallabyWriter
+
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 20_000)
+    tree = tree_of(source, tmp_path / "cache")
+    first = pq.ParquetFile(tree.files[TWIN].build()).metadata.num_row_groups
+    monkeypatch.setattr(twins, "MAX_GROUPS_FACTOR", 1)
+    monkeypatch.setattr(twins, "TARGET_EXTRA_GROUPS", 0)
+    counts = []
+    for n in range(2):
+        WallabyWriter(source / "events.log").write([{"data": f"small {n}"}])
+        tree.refresh(force=True)
+        counts.append(pq.ParquetFile(tree.files[TWIN].build()).metadata.num_row_groups)
+    assert counts[0] == first + 1  # appended: one small group more
+    assert counts[1] == first  # past the limit: whole again
+    assert pq.read_table(tree.files[TWIN].build()).column("data").to_pylist()[-2:] == [b"small 0", b"small 1"]
+
+
+# -- spliced files as other readers see them --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from tests.sparking import start_session
+
+    session = start_session("local[2]", "fmtfs-twins", **{"spark.sql.files.maxPartitionBytes": "65536"})
+    yield session
+    session.stop()
+
+
+def test_spliced_twins_read_the_same_in_spark_and_pyarrow(tmp_path: Path, spark) -> None:
+    from fmtfs.formats.wallaby import WallabyWriter
+    from fmtfs.parquet_splice import splice
+
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 20_000)
+    tree = tree_of(source, tmp_path / "cache")
+    old = tree.files[TWIN].build()
+    kept = tmp_path / "old.parquet"
+    kept.write_bytes(old.read_bytes())
+    WallabyWriter(source / "events.log").write([{"data": f"late {i}"} for i in range(3000)])
+    tree.refresh(force=True)
+    appended = tree.files[TWIN].build()  # old row groups + new ones
+    dead_prefix = tmp_path / "dead-prefix.parquet"  # a whole rebuild after the old bytes
+    splice(kept, appended, dead_prefix, False, {})
+    whole = tmp_path / "whole.parquet"
+    parquet.write_twin(tree.files[VIEW].records(), None, whole)
+    want = pq.read_table(whole)
+    assert want.num_rows == 23_000
+    for path in (appended, dead_prefix):
+        assert path.read_bytes().startswith(kept.read_bytes())
+        assert pq.read_table(path).equals(want)
+        frame = spark.read.parquet(str(path))
+        assert frame.rdd.getNumPartitions() > 1  # split by byte ranges: row groups found by their offsets
+        row = frame.selectExpr("count(*)", "sum(index)", "count(distinct data)").first()
+        assert tuple(row) == (23_000, sum(range(23_000)), len(set(want.column("data").to_pylist())))
+
+
+def test_footers_decode_and_encode_to_the_same_bytes(tmp_path: Path) -> None:
+    from fmtfs.parquet_splice import encode_struct, read_footer
+
+    source = beats_sample(tmp_path / "queue", 2000, segments=1)
+    twin = tmp_path / "pyarrow.parquet"  # a footer as pyarrow writes it (nested structs, lists, times)
+    parquet.write_twin(tree_of(source, tmp_path / "cache").files["segments/0.jsonl"].records(), None, twin)
+    data = twin.read_bytes()
+    footer, start = read_footer(twin)
+    assert encode_struct(footer) == data[start:-8]
