@@ -256,22 +256,18 @@ class FmtfsOperations(pyfuse3.Operations):
                 )
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
         view = self.tree.file(path)
-        twin_elsewhere = False
         if isinstance(view, ParquetFile):
-            twin = await trio.to_thread.run_sync(view.open)
-            # readers of one inode share its page cache: while another handle
-            # reads another version of the twin, this one reads past it (a
-            # page cached from a shorter version ends in zeros)
-            twin_elsewhere = any(
-                h.path != twin.path and self.handles[fh][0] == path for fh, h in self.twin_handles.items()
-            )
-            self.twin_handles[info.fh] = twin
+            # readers of two versions share the inode's page cache: they agree
+            # (each version starts with the previous one's bytes), and a short
+            # read at the end of the older one shrinks the kernel's size, so
+            # its zero-filled last page is dropped when a newer size is seen
+            self.twin_handles[info.fh] = await trio.to_thread.run_sync(view.open)
         if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
             self.positions[info.fh] = self.tree.size(path)
         # writes go straight to us so a refused line fails the writer's write();
         # reads keep the page cache (mmap works), and indexed views keep it
         # across opens: every change to one is invalidated (_invalidate_later)
-        info.direct_io = writer is not None or twin_elsewhere
+        info.direct_io = writer is not None
         info.keep_cache = writer is None and isinstance(self.tree.file(path), IndexedFile)
         return info
 

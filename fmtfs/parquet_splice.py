@@ -223,7 +223,8 @@ def key_values(meta: Struct) -> dict[bytes, bytes]:
 def splice(base: Path | None, part: Path, out: Path, keep_base_rows: bool, extra: dict[str, str]) -> None:
     """out = base's bytes (if any) + part's row groups + one footer: part's
     schema, part's row groups (after base's with keep_base_rows, whose
-    schema must then be part's), and part's key-values plus `extra`."""
+    schema must then be part's), and part's key-values plus `extra`.
+    Without a base, part itself is renamed to out."""
     meta, part_end = read_footer(part)
     prefix = 0
     groups: list[Struct] = []
@@ -242,12 +243,19 @@ def splice(base: Path | None, part: Path, out: Path, keep_base_rows: bool, extra
         LIST,
         (STRUCT, [Struct({1: (BINARY, k), 2: (BINARY, v)}) for k, v in kv.items()]),
     )
-    footer = encode_struct(meta)
-    if base is not None:
-        shutil.copyfile(base, out)
-    with open(out, "ab" if base is not None else "wb") as dst, open(part, "rb") as src:
+    tail = encode_struct(meta)
+    tail += struct.pack("<I", len(tail)) + MAGIC
+    if base is None:  # part becomes out: only its footer changes
+        with open(part, "r+b") as f:
+            f.truncate(part_end)
+            f.seek(part_end)
+            f.write(tail)
+        os.replace(part, out)
+        return
+    shutil.copyfile(base, out)
+    with open(out, "ab") as dst, open(part, "rb") as src:
         shutil.copyfileobj(_Limited(src, part_end), dst, 1 << 20)
-        dst.write(footer + struct.pack("<I", len(footer)) + MAGIC)
+        dst.write(tail)
 
 
 class _Limited:

@@ -341,7 +341,6 @@ class TwinHandle:
     """An open twin file: pread at any offset, the file's own size."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
         self.fd = os.open(path, os.O_RDONLY)
 
     def size(self) -> int:

@@ -19,11 +19,14 @@ subprocesses:
   ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
   write_through  `cat lines >> view`                            vs  the format's encoder in process
   peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
-  twins_*        Parquet twins (figure_twins): `fmtfs index` building every twin vs the plain loop;
-                 the background builder after a mount with the peak RSS of the mount and of its
-                 builder child (MB); `ls -l parquet/<folder>` with the twins on disk vs regular files;
-                 spark.read.parquet(parquet/<folder>).count() over the mount vs spark.read.json of
-                 the same JSON bytes in a plain folder (scripts/bench_twins.py: one format, any size)
+  twins_build    `fmtfs index` building every Parquet twin (index built) vs the plain loop (time ratio)
+  twins_background_s  the background builder making every twin after a fresh mount (seconds), with
+                 twins_rss_mount_mb and twins_rss_total_mb: the peak RSS of the mount alone and with
+                 its children (the builder process, decode workers) meanwhile (MB, sampled every
+                 50 ms); twins_rss_index_mb: the peak RSS of `fmtfs index` building them (MB)
+  twins_ls       `ls -l parquet/<folder>` with the twins on disk vs as many regular files
+  spark_parquet  spark.read.parquet(parquet/<folder>).count() over a mount vs spark.read.json of the
+                 same JSON bytes in a plain folder (scripts/bench_twins.py: these for one format, any size)
 
 The "plain loop" (scripts/plain_loops.py) decodes and renders without fmtfs
 (beats, wallaby, kestrel); proio and gvfs, whose decoding needs a schema
@@ -523,6 +526,13 @@ def spark_session() -> Any:
     return _SPARK[0]
 
 
+def copy_spark_views(folder: Path, plain: Path) -> None:
+    """The JSON views spark.read.json(folder) reads, as regular files in `plain`."""
+    for view in folder.iterdir():
+        if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
+            shutil.copyfile(view, plain / view.name)
+
+
 def figure_spark(run: FormatRun) -> list[Figure]:
     """spark.read.json(view folder).count() over a fresh mount (twice) and
     the data source with default options, each vs a plain local folder."""
@@ -530,9 +540,7 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     mnt, cache = run.scratch / "mnt", run.scratch / "cache"
     plain = run.fresh("plain-spark")
     with mounted(run.source, mnt, cache):
-        for view in (mnt / run.layout.spark_folder).iterdir():
-            if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
-                shutil.copyfile(view, plain / view.name)
+        copy_spark_views(mnt / run.layout.spark_folder, plain)
     for _ in range(2):  # JIT and page cache
         spark.read.json(str(plain)).count()
     counts = set()
@@ -632,7 +640,14 @@ def figure_twins(run: FormatRun) -> list[Figure]:
     regular files."""
     cache = run.scratch / "cache"
     shutil.rmtree(cache / "parquet", ignore_errors=True)
-    build, _ = timed(lambda: fmtfs("index", run.source, "--cache-dir", cache, "-q"))
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "fmtfs", "index", run.source, "--cache-dir", cache, "-q"]
+    index = subprocess.Popen(command, cwd=ROOT)
+    _, status, usage = os.wait4(index.pid, 0)  # its peak RSS too
+    build = time.perf_counter() - start
+    index.returncode = status
+    if status:
+        raise SystemExit(f"{run.fmt}: fmtfs index failed ({status})")
     run_baseline(run)
     built = sorted(p.name for p in (cache / "parquet").glob("*.parquet"))
     shutil.rmtree(cache / "parquet")
@@ -653,7 +668,8 @@ def figure_twins(run: FormatRun) -> list[Figure]:
     regular = _ls([plain / twin.name for twin in twins])
     mb = run.native_bytes / 1e6
     base = sum(run.baseline_seconds) / len(run.baseline_seconds)
-    own, children = rss.own_peak / 1e6, rss.children_peak / 1e6
+    own, children, total = rss.own_peak / 1e6, rss.children_peak / 1e6, rss.peak / 1e6
+    index_mb = usage.ru_maxrss / 1e3  # kB
     return [
         Figure(
             "twins_build",
@@ -669,14 +685,15 @@ def figure_twins(run: FormatRun) -> list[Figure]:
             "-",
             "s (nice 19, one child)",
         ),
-        Figure("twins_rss_mount_mb", own, f"{own:.0f} MB (mount)", "-", "< 300 with the child"),
+        Figure("twins_rss_mount_mb", own, f"{own:.0f} MB (the mount alone)", "-", "MB"),
         Figure(
-            "twins_rss_builder_mb",
-            children,
-            f"{children:.0f} MB (builder child + decode workers)",
+            "twins_rss_total_mb",
+            total,
+            f"{total:.0f} MB (mount + children, {children:.0f} MB at most for the children)",
             "-",
-            "< 300 with mount",
+            "< 300 MB",
         ),
+        Figure("twins_rss_index_mb", index_mb, f"{index_mb:.0f} MB (fmtfs index building them)", "-", "MB"),
         Figure(
             "twins_ls",
             listed / regular,
@@ -694,9 +711,7 @@ def figure_spark_parquet(run: FormatRun) -> list[Figure]:
     mnt, cache = run.scratch / "mnt", run.scratch / "cache"
     plain = run.fresh("plain-spark-json")
     with mounted(run.source, mnt, cache):
-        for view in (mnt / run.layout.spark_folder).iterdir():
-            if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
-                shutil.copyfile(view, plain / view.name)
+        copy_spark_views(mnt / run.layout.spark_folder, plain)
         twins = str(mnt / PARQUET / run.layout.spark_folder)
         rows = {spark.read.parquet(twins).count(), spark.read.json(str(plain)).count()}  # warm both
         parquet_s, n = timed(lambda: spark.read.parquet(twins).count())

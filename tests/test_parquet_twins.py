@@ -287,6 +287,32 @@ def test_a_reader_that_stats_before_a_switch_and_opens_after_reads_the_whole_old
             assert "brand_new" in table.schema.field("fields").type.names
 
 
+def test_readers_of_two_versions_of_one_twin_at_once_each_read_their_own(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 3000)
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        twin = mnt / TWIN
+        old = read_whole(twin)
+        old_file = cache_file_holding(cache, old)
+        first = os.open(twin, os.O_RDONLY)  # opened on the old version
+        try:
+            with open(mnt / VIEW, "ab") as f:
+                f.write(b"".join(orjson.dumps({"data": f"new {i}"}) + b"\n" for i in range(40)))
+            wait_for(lambda: not old_file.exists() and twin.stat().st_size > len(old), "the switch")
+            second = os.open(twin, os.O_RDONLY)  # the new version, while the first reads the old
+            try:
+                # the old reader fills the page cache up to its end, the last page part zeros
+                assert os.pread(first, 1 << 30, 0) == old
+                new = os.pread(second, 1 << 30, 0)
+            finally:
+                os.close(second)
+        finally:
+            os.close(first)
+        assert new.startswith(old) and len(new) == twin.stat().st_size
+        assert pq.read_table(io.BytesIO(new)).num_rows == 3040
+
+
 def test_a_twin_nobody_stated_lately_is_rebuilt_without_the_old_bytes(tmp_path: Path, monkeypatch) -> None:
     source = beats_sample(tmp_path / "queue", 500, segments=1)
     tree = tree_of(source, tmp_path / "cache")
