@@ -259,14 +259,23 @@ def test_a_reader_that_stats_before_a_switch_and_opens_after_reads_the_whole_old
         listed = os.stat(twin).st_size  # what Spark's driver lists
         assert listed == len(old)
         old_file = cache_file_holding(cache, old)
+        added = lines.count(b"\n")
         with open(view, "ab") as f:
             f.write(lines)
-        added = lines.count(b"\n")
         prefix = old_file.name.split("-")[0]
-        wait_for(
-            lambda: not old_file.exists() and list((cache / "parquet").glob(prefix + "-*.parquet")),
-            "the rebuilt twin switched in",
-        )
+
+        def switched() -> bool:
+            # the native file may change in steps (Beats: frames, then the
+            # header's count): wait for the version holding every new row
+            for path in (cache / "parquet").glob(prefix + "-*.parquet"):
+                try:
+                    if pq.read_metadata(path).num_rows == old_rows + added:
+                        return not old_file.exists()
+                except FileNotFoundError:
+                    continue  # replaced meanwhile
+            return False
+
+        wait_for(switched, "the rebuilt twin switched in")
         fd = os.open(twin, os.O_RDONLY)  # what an executor does seconds later
         try:
             seen = os.pread(fd, listed, 0)
