@@ -45,7 +45,9 @@ the old size of the new file reads exactly the old file.
   after the old file's bytes if a stat reported a version of the twin
   within GRACE_SECONDS (the old bytes are then dead weight: no footer
   points at them); a twin nobody stat'd for that long is rebuilt without
-  them.
+  them.  (Any version counts: each is a prefix of the next, so keeping the
+  newest file keeps every earlier one.  The time of the last report is a
+  marker file's, so a builder child started before it knows.)
 
 Without a mount (`fmtfs ls/cat`) there is no builder: a stat of a changed
 twin builds it."""
@@ -101,6 +103,7 @@ IN_PROCESS_LIMIT = 32 << 20
 # reported the old file's size less than this long ago: a reader (a Spark
 # job) may still read at that size.
 GRACE_SECONDS = 600.0
+NOTE_SECONDS = 30.0
 
 # A twin grown by many small appends (a live queue) has many small row
 # groups; past this many times the groups a whole build would make (plus a
@@ -122,20 +125,25 @@ class Twins:
         self.source_key = source_key
         self.format = fmt
         self.builder: TwinBuilder | None = None  # set in a mount
-        self.reported: dict[str, float] = {}  # file name -> monotonic time a stat last reported it
-        self.recent: set[str] = set()  # file names the mount reported recently (a builder child)
+        self.noted: dict[str, float] = {}  # view prefix -> monotonic time its marker was last touched
         self._remove_leftovers()
 
-    def note_reported(self, path: Path) -> None:
-        if len(self.reported) > 4096:  # forget what is past its grace period
-            since = time.monotonic() - GRACE_SECONDS
-            self.reported = {n: t for n, t in self.reported.items() if t >= since}
-        self.reported[path.name] = time.monotonic()
+    def note_reported(self, prefix: str) -> None:
+        """A stat reported the size of a version of the twin `prefix`: the
+        modification time of a marker file says when, to this process and
+        to a builder child started before (touched at most every
+        NOTE_SECONDS, so a stat stays a stat)."""
+        now = time.monotonic()
+        if now - self.noted.get(prefix, -NOTE_SECONDS) >= NOTE_SECONDS:
+            self.noted[prefix] = now
+            (self.folder / f"{prefix}reported").touch()
 
-    def reported_recently(self) -> list[str]:
-        """Files whose size a stat reported within GRACE_SECONDS."""
-        since = time.monotonic() - GRACE_SECONDS
-        return [name for name, when in list(self.reported.items()) if when >= since] + list(self.recent)
+    def reported_lately(self, prefix: str) -> bool:
+        """Whether a stat reported a version of the twin within GRACE_SECONDS."""
+        try:
+            return (self.folder / f"{prefix}reported").stat().st_mtime >= time.time() - GRACE_SECONDS
+        except FileNotFoundError:
+            return False
 
     def _remove_leftovers(self) -> None:
         """Scratch files of builds whose process died (an unmount mid-build):
@@ -253,7 +261,7 @@ class ParquetFile:
             else:
                 shape, keep_rows = parquet.Shape(), False
                 parquet.write_twin(self.source.records(), schema, part, keys, shape=shape)
-                if base is not None and not self._reported_lately():
+                if base is not None and not self.twins.reported_lately(self.prefix):
                     base = None  # nobody can hold the size of a version any more: no dead weight
             meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
             splice(base, part, out, keep_rows, meta)
@@ -261,12 +269,6 @@ class ParquetFile:
         finally:
             part.unlink(missing_ok=True)
             out.unlink(missing_ok=True)
-
-    def _reported_lately(self) -> bool:
-        """Whether a stat reported a version of this twin within GRACE_SECONDS
-        (any version: each is a prefix of the next, so keeping the newest
-        file keeps every earlier one)."""
-        return any(name.startswith(self.prefix) for name in self.twins.reported_recently())
 
     def _append(
         self,
@@ -318,7 +320,7 @@ class ParquetFile:
 
     def size(self) -> int:
         path = self.path()
-        self.twins.note_reported(path)
+        self.twins.note_reported(self.prefix)
         return path.stat().st_size
 
     def read(self, offset: int, size: int) -> bytes:
@@ -545,7 +547,6 @@ def build_in_child(tree: SourceTree, views: list[str]) -> set[str]:
         "cache_dir": tree.index_dir,
         "views": views,
         "parent": os.getpid(),
-        "recent": tree.twins.reported_recently(),
     }
     done = subprocess.run(
         [sys.executable, "-c", "from fmtfs.twins import child_main; child_main()"],
@@ -569,7 +570,6 @@ def child_main() -> None:
     _die_with_parent(job["parent"])
     parent = job["parent"]
     tree = SourceTree(open_source(job["source"], job["format"], job["options"]), job["cache_dir"])
-    tree.twins.recent = set(job["recent"])
     by_view = {twin.view: twin for twin in twins_of(tree)}
     for view in job["views"]:
         if os.getppid() != parent:

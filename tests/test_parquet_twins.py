@@ -411,3 +411,17 @@ def test_footers_decode_and_encode_to_the_same_bytes(tmp_path: Path) -> None:
     data = twin.read_bytes()
     footer, start = read_footer(twin)
     assert encode_struct(footer) == data[start:-8]
+
+
+def test_a_builder_started_before_a_stat_still_keeps_the_old_bytes(tmp_path: Path) -> None:
+    source = beats_sample(tmp_path / "queue", 500, segments=1)
+    path = "parquet/segments/0.parquet"
+    builder = tree_of(source, tmp_path / "cache")  # a builder child's tree, opened first
+    mount = tree_of(source, tmp_path / "cache")
+    first = mount.read(path, 0, mount.size(path))  # the mount's stat reports the first version
+    line = b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, "fields": {"later": 1}}\n'
+    mount.open_writer("segments/0.jsonl", False).write(line)
+    builder.refresh(force=True)
+    rebuilt = builder.files[path].build()  # a new field: rebuilt whole, by the other tree
+    data = rebuilt.read_bytes()
+    assert data[: len(first)] == first and min(group_starts(data)) > len(first)
