@@ -9,34 +9,34 @@ record of the view (objects -> structs with the union of their keys, in
 first-seen order; arrays -> lists; int -> int64; int mixed with float ->
 float64).  Values of conflicting kinds in one field (a string here, a
 number there) become a string column holding their JSON text, as Spark's
-JSON reader does.  A field that is always null becomes a string column; an
+JSON reader does.  A field that is always null becomes a string column (unless declared); an
 object that is always empty is left out (Parquet cannot store a struct
 without fields, and Spark's JSON reader drops it too).
 
-Times.  A string field whose every value is an RFC 3339 UTC time with one
-fixed precision (`...:SSZ`, 3, 6 or 9 fraction digits; fmtfs.shape spells
-every native time so) becomes a UTC timestamp of that unit (Parquet has
-no seconds unit: whole seconds are stored as milliseconds).  Spark cannot
-read Parquet nanosecond timestamps, so a nanosecond field `K` becomes a
-microsecond timestamp `K` plus an int64 column `K_ns` holding the exact
-nanoseconds since the epoch right after it: nothing is lost and Spark
-reads both.
+Declared kinds.  The format declares the kinds of its views' fields
+(fmtfs.formats.schema, Format.view_schema); the twin follows them and
+guesses nothing from what a string looks like:
 
-Bytes.  `K_base64` always becomes a binary column with the decoded bytes.
-When `K` names opaque bytes (`data`, `payload`, or a key the format lists
-in fmtfs.schemas), `K` and `K_base64` are the same bytes spelled two ways
-(UTF-8 text or base64): they merge into ONE binary column `K` holding the
-raw bytes of every record, and `K_base64` disappears.  When `K` is text
-that is only base64'd when not UTF-8 (a gvfs path, a key name), `K` stays a
-string column and `K_base64` is a binary column of the raw bytes, null
-where `K` was valid UTF-8.
-
-A format may declare its own schema (Format.parquet_schema; fmtfs.schemas
-builds one from a protobuf descriptor); the inferred columns are then cast
-to it by name: integers spelled as strings (protobuf's JSON mapping) become
-integers, base64 strings in a declared binary column are decoded, JSON
-objects become maps where a map is declared, missing columns are null and
-undeclared ones are left out.
+- a TIME field of unit s/ms/us/ns becomes a UTC timestamp of that unit
+  (Parquet has no seconds unit: whole seconds are stored as milliseconds).
+  Spark cannot read Parquet nanosecond timestamps, so a nanosecond field
+  `K` becomes a microsecond timestamp `K` plus an int64 column `K_ns`
+  holding the exact nanoseconds since the epoch right after it: nothing is
+  lost and Spark reads both.  A declared time field holding anything but
+  RFC 3339 text (a raw integer for a time beyond the calendar) stays as
+  inferred: the twin never drops a value the view shows.
+- a BYTES field `K`: `K` and `K_base64` are the same bytes spelled two
+  ways (UTF-8 text or base64); they merge into ONE binary column `K`
+  holding the raw bytes of every record, and `K_base64` disappears.
+- any other `K_base64` (text base64'd only when it is not UTF-8: a gvfs
+  path, a key name) is a binary column of the raw bytes, null where `K`
+  was valid UTF-8; `K` stays a string column.
+- INT/FLOAT/BOOL/STRING fields have that type even when always null;
+  NESTED fields are structs whose declared children follow these rules;
+  an ARROW field (a proio message typed by its descriptor) is cast to its
+  type: integers spelled as strings (protobuf's JSON mapping) become
+  integers, base64 strings in a binary column are decoded, JSON objects
+  become maps where a map is declared, missing struct fields are null.
 
 Limits: a view whose records are all empty objects has no column, and
 Parquet cannot hold rows without columns (its twin has no rows).
@@ -45,8 +45,8 @@ Bounded memory.  The schema must fit every record, but a view may be
 larger than memory, so a twin is written in two passes over its batches
 (write_twin).  The first converts each batch (one chunk of the index) to
 Arrow, folds its type and the facts the typing rules need (Shape: the
-unified type; per string field, the lengths seen and whether every value is
-an RFC 3339 time) into O(schema) state, and spills the Arrow batch to a
+unified type; the declared time fields that hold something other than
+time text) into O(schema) state, and spills the Arrow batch to a
 scratch file beside the target (IPC, no native decoding twice).  The second
 reads the spill back batch by batch, types it by the plan and hands row
 groups to a pyarrow ParquetWriter.  Peak memory is a few chunks plus one
@@ -74,7 +74,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from fmtfs.formats.base import Record
+from fmtfs.formats.base import BadRecord, Record
+from fmtfs.formats.schema import Field, Kind, ViewSchema
+from fmtfs.shape import parse_time
 
 # Row groups: about this many bytes of Arrow data each, at least MIN rows,
 # and at least TARGET_GROUPS of them for a view that is not tiny, so Spark
@@ -84,13 +86,9 @@ ROW_GROUP_BYTES = 8 << 20
 ROW_GROUP_MIN_ROWS = 1024
 TARGET_GROUPS = 8
 # Part of every twin's file name: a change of the typing rules rebuilds twins.
-VERSION = 1
+VERSION = 2
 
-DEFAULT_BYTES_KEYS = frozenset({"data", "payload"})
 SUFFIX = "_base64"
-TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3}|\.\d{6}|\.\d{9})?Z$"
-# length of the RFC 3339 text -> timestamp unit
-TIME_UNITS = {20: "s", 24: "ms", 27: "us", 30: "ns"}
 
 
 # -- JSON-shaped records -> Arrow -------------------------------------------
@@ -222,18 +220,25 @@ def _null_mask(arr: pa.Array) -> pa.Array | None:
     return pc.is_null(arr) if arr.null_count else None
 
 
-# -- typing plan: JSON shape -> typed columns --------------------------------
+# -- typing plan: JSON shape + declaration -> typed columns -----------------
 
 # A field's place in the JSON shape: struct keys, LIST_ITEM for list items.
 FieldPath = tuple[str | None, ...]
 LIST_ITEM = None
+
+_SCALARS = {
+    Kind.INT: (pa.int64(), pa.types.is_integer),
+    Kind.FLOAT: (pa.float64(), lambda t: pa.types.is_integer(t) or pa.types.is_floating(t)),
+    Kind.BOOL: (pa.bool_(), pa.types.is_boolean),
+    Kind.STRING: (pa.string(), pa.types.is_string),
+}
 
 
 @dataclass
 class Plan:
     """How one field of the JSON shape becomes typed column(s)."""
 
-    kind: str  # keep | drop | null | time | bytes | struct | list
+    kind: str  # keep | drop | null | cast | time | bytes | struct | list
     out: pa.DataType | None = None  # type of the column produced
     unit: str = ""  # time unit of the text
     merge: str | None = None  # bytes: name of the K_base64 sibling folded into K
@@ -242,101 +247,133 @@ class Plan:
     name: str = ""  # output name
 
 
-@dataclass
-class TextFacts:
-    """What the time rule needs to know of one string field's values."""
+def declared_times(schema: ViewSchema | None) -> dict[FieldPath, str]:
+    """The paths of the declared TIME fields (through NESTED children) and
+    their units."""
+    out: dict[FieldPath, str] = {}
 
-    values: int = 0  # non-null strings seen
-    shortest: int = 1 << 30
-    longest: int = 0
-    all_times: bool = True  # every one matches TIME_PATTERN
-    other_kinds: bool = False  # a non-null value of another kind (it becomes JSON text)
+    def walk(fields: Iterable[Field], path: FieldPath) -> None:
+        for f in fields:
+            if f.kind is Kind.TIME:
+                out[(*path, f.name)] = f.unit
+            walk(f.children, (*path, f.name))
 
-    def unit(self) -> str:
-        if self.other_kinds or not self.values or self.shortest != self.longest or not self.all_times:
-            return ""
-        return TIME_UNITS.get(self.shortest, "")
+    walk(schema or (), ())
+    return out
+
+
+def _as_times(arr: pa.Array, unit: str) -> pa.Array | None:
+    """The instants of a column of RFC 3339 text (a zone is required), or
+    None when a value is something else."""
+    type_ = pa.timestamp(unit, tz="UTC")
+    if pa.types.is_null(arr.type):
+        return pa.nulls(len(arr), type_)
+    if not pa.types.is_string(arr.type):
+        return None
+    try:
+        return pc.cast(arr, type_)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+
+
+def _lenient_times(arr: pa.Array, unit: str) -> pa.Array:
+    """_as_times, with null for a value that is not a time (a batch the
+    Spark data source's sampled plan did not see)."""
+    exact = _as_times(arr, unit)
+    if exact is not None:
+        return exact
+    values = []
+    for value in arr.to_pylist():
+        try:
+            values.append(parse_time(value, unit) if isinstance(value, str) else None)
+        except BadRecord:
+            values.append(None)
+    return pa.array(values, pa.int64()).cast(pa.timestamp(unit, tz="UTC"))
 
 
 class Shape:
     """The JSON shape of a view, learnt batch by batch in O(schema) memory:
-    the unified Arrow type of its records and, per field, the facts the
-    typing rules depend on.  Feeding the same records cut into batches
-    differently gives the same plan."""
+    the unified Arrow type of its records and which declared time fields
+    hold something other than time text (they stay as inferred).  Feeding
+    the same records cut into batches differently gives the same plan."""
 
-    def __init__(self) -> None:
+    def __init__(self, schema: ViewSchema | None = None) -> None:
+        self.schema = schema
         self.type: pa.DataType = pa.struct([])
-        self.facts: dict[FieldPath, TextFacts] = {}
         self.rows = 0
         self.nbytes = 0  # of the JSON-shaped Arrow batches (sizes row groups)
+        self.times = declared_times(schema)
+        self.not_times: set[FieldPath] = set()
 
     def add(self, arr: pa.Array) -> None:
         self.type = unify(self.type, arr.type)
         self.rows += len(arr)
         self.nbytes += arr.nbytes
-        self._observe(arr, ())
+        for path, unit in self.times.items():
+            if path not in self.not_times:
+                column = _at(arr, path)
+                if column is not None and _as_times(column, unit) is None:
+                    self.not_times.add(path)
 
-    def _observe(self, arr: pa.Array, path: FieldPath) -> None:
-        t = arr.type
-        if pa.types.is_null(t) or arr.null_count == len(arr):
-            return
-        facts = self.facts.setdefault(path, TextFacts())
-        if not pa.types.is_string(t):
-            facts.other_kinds = True
-            if pa.types.is_struct(t):
-                for i in range(t.num_fields):
-                    self._observe(arr.field(i), (*path, t.field(i).name))
-            elif pa.types.is_list(t):
-                self._observe(arr.flatten(), (*path, LIST_ITEM))
-            return
-        facts.values += len(arr) - arr.null_count
-        lengths = pc.min_max(pc.utf8_length(arr)).as_py()
-        facts.shortest = min(facts.shortest, lengths["min"])
-        facts.longest = max(facts.longest, lengths["max"])
-        if facts.all_times and facts.shortest == facts.longest and facts.shortest in TIME_UNITS:
-            facts.all_times = bool(pc.all(pc.match_substring_regex(arr, TIME_PATTERN)).as_py())
-        else:
-            facts.all_times = False
-
-    def time_unit(self, path: FieldPath) -> str:
-        facts = self.facts.get(path)
-        return facts.unit() if facts is not None else ""
-
-    def plan(self, bytes_keys: frozenset[str]) -> Plan:
+    def plan(self) -> Plan:
         """The typed shape of the records (see the module docstring)."""
-        return _plan(self.type, (), self, bytes_keys, "")
+        return _plan_struct(self.type, (), self, _by_name(self.schema or ()), "")
 
 
-def make_plan(arrays: Sequence[pa.Array], bytes_keys: frozenset[str]) -> Plan:
+def _at(arr: pa.Array, path: FieldPath) -> pa.Array | None:
+    """The values at `path` in a struct array, None when it has no such key."""
+    for name in path:
+        if not pa.types.is_struct(arr.type) or arr.type.get_field_index(name) < 0:
+            return None
+        arr = arr.field(name)
+    return arr
+
+
+def _by_name(fields: Iterable[Field]) -> dict[str, Field]:
+    return {f.name: f for f in fields}
+
+
+def make_plan(arrays: Sequence[pa.Array], schema: ViewSchema | None = None) -> Plan:
     """Decide the typed shape of a struct type from all its values."""
-    shape = Shape()
+    shape = Shape(schema)
     for arr in arrays:
         shape.add(arr)
-    return shape.plan(bytes_keys)
+    return shape.plan()
 
 
-def _plan(type_: pa.DataType, path: FieldPath, shape: Shape, bytes_keys: frozenset[str], name: str) -> Plan:
+def _plan(type_: pa.DataType, path: FieldPath, shape: Shape, declared: Field | None, name: str) -> Plan:
+    kind = declared.kind if declared is not None else None
+    if (
+        kind is Kind.TIME
+        and path not in shape.not_times
+        and (pa.types.is_null(type_) or pa.types.is_string(type_))
+    ):
+        assert declared is not None
+        # Spark cannot read Parquet nanosecond timestamps: microseconds, and `K_ns`
+        out_unit = "us" if declared.unit == "ns" else declared.unit
+        return Plan("time", pa.timestamp(out_unit, tz="UTC"), unit=declared.unit, name=name)
+    if kind is Kind.ARROW:
+        assert declared is not None
+        return Plan("cast", declared.arrow, name=name)
+    if kind in _SCALARS:
+        out, fits = _SCALARS[kind]
+        if pa.types.is_null(type_) or fits(type_):
+            return Plan("cast", out, name=name)
     if pa.types.is_null(type_):
         return Plan("null", pa.string(), name=name)
     if pa.types.is_struct(type_):
-        return _plan_struct(type_, path, shape, bytes_keys, name)
+        children = declared.children if kind is Kind.NESTED and declared is not None else ()
+        return _plan_struct(type_, path, shape, _by_name(children), name)
     if pa.types.is_list(type_):
-        item = _plan(type_.value_type, (*path, LIST_ITEM), shape, bytes_keys, name)
+        item = _plan(type_.value_type, (*path, LIST_ITEM), shape, None, name)
         if item.kind == "drop":
             return Plan("drop", name=name)
-        if item.kind == "time" and item.unit == "ns":  # no `_ns` twin inside lists: keep the text
-            item = Plan("keep", type_.value_type, name=name)
         return Plan("list", pa.list_(item.out), item=item, name=name)
-    if pa.types.is_string(type_):
-        unit = shape.time_unit(path)
-        if unit:
-            out_unit = "us" if unit == "ns" else unit
-            return Plan("time", pa.timestamp(out_unit, tz="UTC"), unit=unit, name=name)
     return Plan("keep", type_, name=name)
 
 
 def _plan_struct(
-    type_: pa.StructType, path: FieldPath, shape: Shape, bytes_keys: frozenset[str], name: str
+    type_: pa.StructType, path: FieldPath, shape: Shape, declared: dict[str, Field], name: str
 ) -> Plan:
     names = [type_.field(i).name for i in range(type_.num_fields)]
     kinds = {n: type_.field(n).type for n in names}
@@ -348,14 +385,14 @@ def _plan_struct(
         ktype = kinds[key]
         if key.endswith(SUFFIX) and _is_text(ktype):
             base = key[: -len(SUFFIX)]
-            if base in bytes_keys and _is_text_or_null(kinds.get(base, pa.null())):
+            if _is_bytes(declared.get(base)) and _is_text_or_null(kinds.get(base, pa.null())):
                 # K_base64 before K (or K absent): K is produced at the first one seen
                 children[base] = Plan("bytes", _bytes_type(ktype), merge=key, name=base)
                 merged.add(base)
-            else:
+            else:  # text base64'd when not UTF-8, declared or not: its raw bytes
                 children[key] = Plan("bytes", _bytes_type(ktype), name=key)
             continue
-        if key in bytes_keys and _is_text_or_null(ktype):
+        if _is_bytes(declared.get(key)) and _is_text_or_null(ktype):
             sibling = key + SUFFIX
             merge = sibling if sibling in kinds and _is_text(kinds[sibling]) else None
             out = _bytes_type(kinds[sibling]) if merge else pa.binary()
@@ -365,7 +402,7 @@ def _plan_struct(
             if merge:
                 merged.add(merge)
             continue
-        plan = _plan(ktype, (*path, key), shape, bytes_keys, key)
+        plan = _plan(ktype, (*path, key), shape, declared.get(key), key)
         if plan.kind != "drop":
             children[key] = plan
     if not children:
@@ -376,6 +413,10 @@ def _plan_struct(
         if plan.kind == "time" and plan.unit == "ns":
             fields.append(pa.field(key + "_ns", pa.int64()))
     return Plan("struct", pa.struct(fields), children=children, name=name)
+
+
+def _is_bytes(declared: Field | None) -> bool:
+    return declared is not None and declared.kind is Kind.BYTES
 
 
 def _is_text(t: pa.DataType) -> bool:
@@ -401,8 +442,10 @@ def _apply(plan: Plan, arr: pa.Array) -> list[tuple[str, pa.Array]]:
         return [(plan.name, arr)]
     if kind == "null":
         return [(plan.name, pa.nulls(len(arr), pa.string()))]
+    if kind == "cast":
+        return [(plan.name, conform(arr, plan.out))]
     if kind == "time":
-        exact = pc.cast(arr, pa.timestamp(plan.unit, tz="UTC"))
+        exact = _lenient_times(arr, plan.unit)
         if plan.unit != "ns":
             return [(plan.name, exact)]
         micros = pc.cast(exact, pa.timestamp("us", tz="UTC"), safe=False)
@@ -469,18 +512,14 @@ def _b64_decode(arr: pa.Array, type_: pa.DataType) -> pa.Array:
 # -- writing a twin ------------------------------------------------------------
 
 
-def records_table(
-    batches: Iterable[list[Record]],
-    schema: pa.Schema | None = None,
-    bytes_keys: Iterable[str] = DEFAULT_BYTES_KEYS,
-) -> pa.Table:
+def records_table(batches: Iterable[list[Record]], schema: ViewSchema | None = None) -> pa.Table:
     """Every batch of records as one typed table, in memory (for small
     inputs and tests; twins are written by write_twin)."""
     arrays = [records_to_array(batch) for batch in batches if batch]
-    shape = Shape()
+    shape = Shape(schema)
     for arr in arrays:
         shape.add(arr)
-    typer = Typer(shape, schema, frozenset(bytes_keys))
+    typer = Typer(shape)
     if typer.no_rows:
         return typer.schema.empty_table()
     return pa.Table.from_batches([typer.batch(a) for a in arrays], schema=typer.schema)
@@ -489,25 +528,20 @@ def records_table(
 class Typer:
     """JSON-shaped Arrow batches -> typed record batches of one schema."""
 
-    def __init__(self, shape: Shape, declared: pa.Schema | None, bytes_keys: frozenset[str]) -> None:
+    def __init__(self, shape: Shape) -> None:
         self.shape = shape
-        self.declared = declared
-        self.plan = shape.plan(bytes_keys) if shape.rows else None
-        if declared is not None:
-            self.schema = declared
-        elif self.plan is None or self.plan.kind == "drop":
+        self.plan = shape.plan() if shape.rows else None
+        if self.plan is None or self.plan.kind == "drop":
             self.schema = pa.schema([])  # rows without columns cannot be stored (documented)
         else:
             self.schema = pa.schema(list(self.plan.out))
         # no records, or records without any column: Parquet cannot hold them
-        self.no_rows = self.plan is None or self.plan.kind == "drop" or not self.schema.names
+        self.no_rows = not self.schema.names
 
     def batch(self, arr: pa.StructArray) -> pa.RecordBatch:
         """One spilled batch, typed (only while the schema has columns)."""
-        typed = apply_plan(self.plan, conform(arr, self.shape.type))
-        if self.declared is not None:
-            typed = conform(typed, pa.struct(list(self.declared)))
-        return pa.RecordBatch.from_struct_array(typed)
+        assert self.plan is not None
+        return pa.RecordBatch.from_struct_array(apply_plan(self.plan, conform(arr, self.shape.type)))
 
 
 def group_rows(rows: int, nbytes: int) -> int:
@@ -556,9 +590,8 @@ class SchemaChanged(Exception):
 
 def write_twin(
     batches: Iterable[list[Record]],
-    schema: pa.Schema | None,
+    schema: ViewSchema | None,
     target: Path,
-    bytes_keys: Iterable[str] = DEFAULT_BYTES_KEYS,
     shape: Shape | None = None,
     expect: pa.Schema | None = None,
 ) -> int:
@@ -571,13 +604,13 @@ def write_twin(
     tmp = target.with_name(scratch + ".tmp")
     spill = Spill(target.with_name(scratch + ".spill"))
     try:
-        shape = Shape() if shape is None else shape
+        shape = Shape(schema) if shape is None else shape
         for batch in batches:
             if batch:
                 arr = records_to_array(batch)
                 shape.add(arr)
                 spill.put(arr)
-        typer = Typer(shape, schema, frozenset(bytes_keys))
+        typer = Typer(shape)
         if expect is not None and not typer.schema.equals(expect, check_metadata=False):
             raise SchemaChanged(f"{target.name}: {typer.schema} is not {expect}")
         rows = _write_groups(typer, spill, tmp, group_rows(shape.rows, shape.nbytes))
@@ -611,11 +644,6 @@ def _write_groups(typer: Typer, spill: Spill, tmp: Path, per_group: int) -> int:
     return written
 
 
-def write_parquet(
-    batches: Iterable[list[Record]],
-    schema: Any,
-    target: Path,
-    bytes_keys: Iterable[str] = DEFAULT_BYTES_KEYS,
-) -> None:
+def write_parquet(batches: Iterable[list[Record]], schema: ViewSchema | None, target: Path) -> None:
     """Records -> the Parquet twin at `target` (atomic)."""
-    write_twin(batches, schema, target, bytes_keys)
+    write_twin(batches, schema, target)

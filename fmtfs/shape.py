@@ -138,19 +138,3 @@ def decode_name(component: str) -> str:
             out.append(component[i])
             i += 1
     return "".join(out)
-
-
-def require(record: dict[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    """A required field of a written record, of the given type."""
-    if key not in record:
-        raise BadRecord(f"missing field {key!r}")
-    value = record[key]
-    if (
-        isinstance(value, bool)
-        and kind is not bool
-        and bool not in (kind if isinstance(kind, tuple) else (kind,))
-    ):
-        raise BadRecord(f"{key}: expected {getattr(kind, '__name__', kind)}, got a boolean")
-    if not isinstance(value, kind):
-        raise BadRecord(f"{key}: expected {getattr(kind, '__name__', kind)}, got {type(value).__name__}")
-    return value

@@ -83,6 +83,7 @@ from fmtfs.index import ViewPieces, digest
 from fmtfs.parquet_splice import splice
 
 if TYPE_CHECKING:
+    from fmtfs.formats.schema import ViewSchema
     from fmtfs.views import SourceTree, ViewFile
 
 log = logging.getLogger("fmtfs")
@@ -226,17 +227,13 @@ class ParquetFile:
 
     def build(self) -> Path:
         """Build the current state's file unless it exists; returns it."""
-        fmt = self.twins.format
-        from fmtfs import schemas
-
-        schema = fmt.parquet_schema(self.view)
-        keys = schemas.bytes_keys(fmt.name, self.view)
+        schema = self.twins.format.view_schema(self.view)
         for attempt in range(3):
             identity = self.source.identity()
             target = self.target(identity)
             with self.twins.build_lock(self.prefix):
                 if not target.exists():
-                    self._write(target, schema, keys)
+                    self._write(target, schema)
             if self.source.identity() == identity or attempt == 2:
                 break
             # the view grew while its records were read: the file may hold a
@@ -246,7 +243,7 @@ class ParquetFile:
         self._remove_older(target)
         return target
 
-    def _write(self, target: Path, schema: pa.Schema | None, keys: frozenset[str]) -> None:
+    def _write(self, target: Path, schema: ViewSchema | None) -> None:
         """The twin of the view's state at `target`: the previous file's
         bytes first where a reader may hold its size, then only the new
         rows where the view grew by appending, else every row."""
@@ -255,12 +252,12 @@ class ParquetFile:
         scratch = f"{target.name}.{os.getpid()}"
         part, out = target.with_name(scratch + ".part.tmp"), target.with_name(scratch + ".out.tmp")
         try:
-            appended = base is not None and self._append(base, built_from, part, schema, keys)
+            appended = base is not None and self._append(base, built_from, part, schema)
             if appended:
                 shape, keep_rows = appended, True
             else:
-                shape, keep_rows = parquet.Shape(), False
-                parquet.write_twin(self.source.records(), schema, part, keys, shape=shape)
+                shape, keep_rows = parquet.Shape(schema), False
+                parquet.write_twin(self.source.records(), schema, part, shape=shape)
                 if base is not None and not self.twins.reported_lately(self.prefix):
                     base = None  # nobody can hold the size of a version any more: no dead weight
             meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
@@ -275,8 +272,7 @@ class ParquetFile:
         base: Path,
         built_from: dict[str, Any],
         part: Path,
-        schema: pa.Schema | None,
-        keys: frozenset[str],
+        schema: ViewSchema | None,
     ) -> parquet.Shape | None:
         """Write only the rows the view gained since `base` was built into
         `part`, typed as the whole view; their Shape, or None when the view
@@ -285,7 +281,7 @@ class ParquetFile:
             footer = pq.read_metadata(base)
             meta = footer.metadata or {}
             before = orjson.loads(meta[BUILT_FROM_KEY.encode()])
-            shape = _shape_of(meta[SHAPE_KEY.encode()])
+            shape = _shape_of(meta[SHAPE_KEY.encode()], schema)
         except (OSError, KeyError, ValueError, pa.ArrowInvalid):
             return None  # an older twin without the facts: rebuilt whole
         if not _grew_by_appending(before, built_from):
@@ -297,7 +293,7 @@ class ParquetFile:
         if batches is None:
             return None
         try:
-            parquet.write_twin(batches, schema, part, keys, shape=shape, expect=pq.read_schema(base))
+            parquet.write_twin(batches, schema, part, shape=shape, expect=pq.read_schema(base))
         except parquet.SchemaChanged:
             return None
         return shape
@@ -415,25 +411,25 @@ def _skipping(batches: Iterator[list[Record]], skip: int) -> Iterator[list[Recor
 
 
 def _shape_text(shape: parquet.Shape) -> str:
-    """A Shape as text for a twin's key-value metadata."""
+    """A Shape as text for a twin's key-value metadata (its declaration is
+    the format's: not stored)."""
     schema = pa.schema(list(shape.type)).serialize().to_pybytes()
-    facts = [[list(path), dataclasses.astuple(f)] for path, f in shape.facts.items()]
     return orjson.dumps(
         {
             "type": base64.b64encode(schema).decode(),
-            "facts": facts,
+            "not_times": [list(path) for path in shape.not_times],
             "rows": shape.rows,
             "nbytes": shape.nbytes,
         }
     ).decode()
 
 
-def _shape_of(text: bytes) -> parquet.Shape:
+def _shape_of(text: bytes, declared: ViewSchema | None) -> parquet.Shape:
     document = orjson.loads(text)
-    shape = parquet.Shape()
+    shape = parquet.Shape(declared)
     schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["type"])))
     shape.type = pa.struct(list(schema))
-    shape.facts = {tuple(path): parquet.TextFacts(*values) for path, values in document["facts"]}
+    shape.not_times = {tuple(path) for path in document["not_times"]}
     shape.rows, shape.nbytes = document["rows"], document["nbytes"]
     return shape
 

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 from fmtfs import parquet
 from fmtfs.formats import open_source
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.render import parse_lines
 from fmtfs.shape import format_time, parse_time, put_data
 from fmtfs.twins import ParquetFile
@@ -82,14 +83,27 @@ def back_to_json(value, t: pa.DataType, bytes_keys):
     return out
 
 
-def twin_records(path: Path, bytes_keys=parquet.DEFAULT_BYTES_KEYS) -> list[dict]:
+def declared_bytes(schema: ViewSchema | None) -> set[str]:
+    """The BYTES fields a declaration names (at any depth): their binary
+    columns go back to `K` / `K_base64`."""
+    out: set[str] = set()
+    stack = list(schema or ())
+    while stack:
+        f = stack.pop()
+        if f.kind is Kind.BYTES:
+            out.add(f.name)
+        stack.extend(f.children)
+    return out
+
+
+def twin_records(path: Path, bytes_keys: set[str] = frozenset()) -> list[dict]:
     table = pq.read_table(path)
     type_ = pa.struct(list(table.schema))  # the typed schema tells units and kinds
     table = table.cast(pa.schema([pa.field(f.name, _int_times(f.type)) for f in table.schema]))
     return [back_to_json(row, type_, bytes_keys) for row in table.to_pylist()]
 
 
-TIME = re.compile(parquet.TIME_PATTERN)
+TIME = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{3}|\.\d{6}|\.\d{9})?Z$")
 
 
 def canonical(value):
@@ -140,8 +154,6 @@ def same_records(got: list[dict], want: list[dict], schema: pa.Schema, proto: bo
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_twins_hold_exactly_the_view_records(tmp_path: Path, name: str) -> None:
-    from fmtfs import schemas
-
     folder = tmp_path / "src"
     folder.mkdir()
     source = importlib.import_module(f"fmtfs.samples.{name}").generate(folder, SAMPLES[name])
@@ -156,11 +168,13 @@ def test_twins_hold_exactly_the_view_records(tmp_path: Path, name: str) -> None:
         assert len(data) == twin.size() == twin.path().stat().st_size  # exact size
         assert data[:4] == b"PAR1" and data[-4:] == b"PAR1"
         want = parse_lines(tree.read(view, 0, tree.size(view)))
-        got = twin_records(twin.path(), schemas.bytes_keys(name, view))
+        declared = tree.format.view_schema(view)
+        got = twin_records(twin.path(), declared_bytes(declared))
         typed_by_descriptor = name == "proio" and "/types/" in view
         if typed_by_descriptor:
-            declared = tree.format.parquet_schema(view)
-            assert declared is not None and pq.read_schema(twin.path()).equals(declared, check_metadata=False)
+            assert declared is not None
+            value = pq.read_schema(twin.path()).field("value").type
+            assert value.equals(declared.field("value").arrow)
         same_records(got, want, pq.read_schema(twin.path()), typed_by_descriptor)
 
 
@@ -238,7 +252,8 @@ def test_concurrent_readers_build_once(tmp_path: Path, monkeypatch) -> None:
 # -- the typing rules ----------------------------------------------------------
 
 
-def test_times_by_precision() -> None:
+def test_declared_times_by_precision() -> None:
+    schema = ViewSchema(Field.time("s", "s"), Field.time("ms", "ms"), Field.time("ns", "ns"))
     table = parquet.records_table(
         [
             [
@@ -249,7 +264,8 @@ def test_times_by_precision() -> None:
                 },
                 {"s": "2020-01-02T03:04:06Z", "ms": None, "ns": "2020-01-02T03:04:05.000000001Z"},
             ]
-        ]
+        ],
+        schema,
     )
     assert table.schema.field("s").type == pa.timestamp("s", tz="UTC")
     assert table.schema.field("ms").type == pa.timestamp("ms", tz="UTC")
@@ -258,31 +274,45 @@ def test_times_by_precision() -> None:
     assert table.column("ns_ns").to_pylist() == [1577934245123456789, 1577934245000000001]
 
 
-def test_not_times_stay_strings() -> None:
-    table = parquet.records_table(
-        [
-            [
-                {"a": "2020-01-02T03:04:05Z", "b": "2020-01-02T03:04:05Z"},
-                {"a": "2020-01-02T03:04:05.1Z", "b": "soon"},
-            ]
-        ]
-    )
-    assert table.schema.field("a").type == pa.string()  # mixed precision
+def test_times_only_where_declared() -> None:
+    records = [
+        {"a": "2020-01-02T03:04:05Z", "b": "2020-01-02T03:04:05Z", "c": "2020-01-02T03:04:05Z"},
+        {"a": "2020-01-02T03:04:05.1Z", "b": "soon", "c": 253402300800},
+    ]
+    schema = ViewSchema(Field.time("a", "ms"), Field.time("b", "s"), Field.time("c", "s"))
+    table = parquet.records_table([records[:1], records[1:]], schema)
+    # text of a coarser precision is still the declared unit's instant
+    assert table.schema.field("a").type == pa.timestamp("ms", tz="UTC")
+    assert table.column("a").cast(pa.int64()).to_pylist() == [1577934245000, 1577934245100]
+    # a declared time holding something else keeps what the view shows
     assert table.schema.field("b").type == pa.string()
+    assert table.column("c").to_pylist() == ["2020-01-02T03:04:05Z", "253402300800"]
+    # nothing is guessed from what a string looks like
+    undeclared = parquet.records_table([records[:1]])
+    assert undeclared.schema.field("a").type == pa.string()
 
 
 def test_bytes_merge_and_text_fallbacks() -> None:
     records = [
-        {"data": "héllo", "path": "/a", "x": {"payload_base64": "AAE="}},
+        {"data": "héllo", "path": "/a", "x": {"payload_base64": "AAE="}, "raw": "r"},
         {"data_base64": base64.b64encode(b"\xff\x00").decode(), "path_base64": "/w==", "x": {}},
     ]
-    table = parquet.records_table([records[:1], records[1:]])
+    schema = ViewSchema(
+        Field("data", Kind.BYTES), Field("path", Kind.TEXT), Field.nested("x", Field("payload", Kind.BYTES))
+    )
+    table = parquet.records_table([records[:1], records[1:]], schema)
     assert table.schema.field("data").type == pa.binary()
     assert table.column("data").to_pylist() == ["héllo".encode(), b"\xff\x00"]
     assert table.schema.field("path").type == pa.string()  # text with a bytes fallback
     assert table.column("path_base64").to_pylist() == [None, b"\xff"]
     assert table.column("x").to_pylist() == [{"payload": b"\x00\x01"}, {"payload": None}]
     assert "data_base64" not in table.schema.names
+    assert table.schema.field("raw").type == pa.string()  # undeclared: as the JSON says
+    # undeclared, `data` is a string like any other and `data_base64` its bytes
+    plain = parquet.records_table([records])
+    assert plain.schema.field("data").type == pa.string()
+    assert plain.column("data_base64").to_pylist() == [None, b"\xff\x00"]
+    assert plain.column("x").to_pylist() == [{"payload_base64": b"\x00\x01"}, {"payload_base64": None}]
 
 
 def test_conflicts_nulls_and_empty_objects() -> None:
@@ -300,11 +330,27 @@ def test_conflicts_nulls_and_empty_objects() -> None:
     assert table.schema.field("l").type == pa.list_(pa.float64())
 
 
-def test_declared_schema_wins() -> None:
-    schema = pa.schema([("id", pa.int64()), ("when", pa.timestamp("ms", tz="UTC")), ("extra", pa.string())])
-    table = parquet.records_table([[{"id": "7", "when": "2020-01-01T00:00:00.500Z"}]], schema)
-    assert table.schema == schema
-    assert table.to_pylist()[0]["id"] == 7 and table.to_pylist()[0]["extra"] is None
+def test_declared_scalars_and_arrow_types() -> None:
+    schema = ViewSchema(
+        Field("n", Kind.INT),
+        Field("odd", Kind.INT),
+        Field.typed("id", pa.int64()),
+        Field.typed("when", pa.timestamp("ms", tz="UTC")),
+        Field("absent", Kind.INT),
+        Field("ratio", Kind.FLOAT),
+        Field("flag", Kind.BOOL),
+    )
+    records = [
+        {"n": None, "odd": "x", "id": "7", "when": "2020-01-01T00:00:00.500Z", "ratio": 2, "flag": None}
+    ]
+    table = parquet.records_table([records], schema)
+    assert table.schema.field("n").type == pa.int64()  # always null, still the declared type
+    assert table.schema.field("odd").type == pa.string()  # not an integer: kept as the view shows
+    assert table.to_pylist()[0]["id"] == 7
+    assert table.schema.field("when").type == pa.timestamp("ms", tz="UTC")
+    assert "absent" not in table.schema.names  # a declared key no record has is no column
+    assert table.schema.field("ratio").type == pa.float64() and table.to_pylist()[0]["ratio"] == 2.0
+    assert table.schema.field("flag").type == pa.bool_()
 
 
 def test_empty_view(tmp_path: Path) -> None:
@@ -344,18 +390,25 @@ def batches(draw):
                 record[key if key != "data" else "d"] = value
         rows.append({"inner": record} if nested else record)
     cut = draw(st.integers(0, len(rows)))
-    return [rows[:cut], rows[cut:]]
+    # declared or not, the twin holds the same records
+    fields = [Field.time(k, "ms") for k, kind in kinds.items() if kind == "time"]
+    fields += [Field(k, Kind.BYTES) for k, kind in kinds.items() if kind == "bytes" and k == "data"]
+    schema = draw(st.sampled_from([None, ViewSchema(*fields)]))
+    if schema is not None and nested:
+        schema = ViewSchema(Field.nested("inner", *fields))
+    return [rows[:cut], rows[cut:]], schema
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
-def test_round_trip_of_generated_records(tmp_path_factory, parts) -> None:
+def test_round_trip_of_generated_records(tmp_path_factory, drawn) -> None:
+    parts, schema = drawn
     # rows without any column cannot be stored in Parquet (documented)
     assume(any(canonical(r) for part in parts for r in part))
     target = tmp_path_factory.mktemp("rt") / "t.parquet"
-    parquet.write_parquet(parts, None, target)
+    parquet.write_parquet(parts, schema, target)
     want = [r for part in parts for r in part]
-    got = twin_records(target)
+    got = twin_records(target, declared_bytes(schema))
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
         assert canonical(a) == canonical(orjson.loads(orjson.dumps(b)))
@@ -394,7 +447,7 @@ def _test_message():
 def test_protobuf_descriptor_gives_the_types() -> None:
     from google.protobuf import json_format
 
-    from fmtfs import schemas
+    from fmtfs.formats.proio.columns import message_arrow_type, type_view_schema
 
     desc, cls = _test_message()
     message = cls(id=-(1 << 62), blob=b"\x00\xff", kind=1, ids=[1 << 63, 2])
@@ -406,9 +459,15 @@ def test_protobuf_descriptor_gives_the_types() -> None:
         {"event": 0, "entry": 1, "tags": ["T"], "value": value},
         {"event": 1, "entry": 2, "tags": [], "value": {}},
     ]
-    schema = schemas.proio_type_view_schema(desc)
-    table = parquet.records_table([records], schema)
-    assert table.schema == schema
+    table = parquet.records_table([records], type_view_schema(desc))
+    assert table.schema == pa.schema(
+        [
+            ("event", pa.int64()),
+            ("entry", pa.int64()),
+            ("tags", pa.list_(pa.string())),
+            ("value", message_arrow_type(desc)),
+        ]
+    )
     got = table.column("value").to_pylist()[0]
     assert got["id"] == -(1 << 62) and got["blob"] == b"\x00\xff" and got["kind"] == "ONE"
     assert got["ids"] == [1 << 63, 2] and got["tags"] == [("a", 7)]
@@ -418,7 +477,7 @@ def test_protobuf_descriptor_gives_the_types() -> None:
 
 @pytest.mark.skipif("proio" not in FORMATS, reason="no proio sample")
 def test_proio_types_view_with_declared_schema(tmp_path: Path) -> None:
-    from fmtfs import schemas
+    from fmtfs.formats.proio.columns import type_view_schema
     from fmtfs.formats.proio.schema import bundled
     from fmtfs.samples.proio import generate
 
@@ -427,7 +486,7 @@ def test_proio_types_view_with_declared_schema(tmp_path: Path) -> None:
     view = next(p for p in tree.files if "/types/" in p and p.endswith("Particle.jsonl"))
     records = parse_lines(tree.read(view, 0, tree.size(view)))
     desc = bundled().lookup("proio.model.eic.Particle").cls.DESCRIPTOR
-    table = parquet.records_table([records], schemas.proio_type_view_schema(desc))
+    table = parquet.records_table([records], type_view_schema(desc))
     values = table.column("value").to_pylist()
     assert table.schema.field("value").type.field("pdg").type == pa.int32()
     for row, record in zip(values, records, strict=True):

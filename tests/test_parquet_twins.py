@@ -21,7 +21,7 @@ from fmtfs.render import parse_lines
 from fmtfs.samples.beats import generate as beats_sample
 from fmtfs.samples.wallaby import generate as wallaby_sample
 from tests.mounting import mounted
-from tests.test_parquet import batches, same_records, tree_of, twin_records
+from tests.test_parquet import batches, declared_bytes, same_records, tree_of, twin_records
 
 TWIN = "parquet/events.log/records.parquet"
 VIEW = "events.log/records.jsonl"
@@ -53,19 +53,19 @@ def read_whole(path: Path) -> bytes:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches())
-def test_streamed_plan_equals_the_plan_of_all_records_at_once(parts) -> None:
+def test_streamed_plan_equals_the_plan_of_all_records_at_once(drawn) -> None:
+    parts, schema = drawn
     records = [r for part in parts for r in part]
-    one = parquet.Shape()
+    one = parquet.Shape(schema)
     if records:
         one.add(parquet.records_to_array(records))
-    streamed = parquet.Shape()
+    streamed = parquet.Shape(schema)
     for part in parts:
         if part:
             streamed.add(parquet.records_to_array(part))
-    keys = parquet.DEFAULT_BYTES_KEYS
     assert streamed.rows == one.rows == len(records)
     if records:
-        assert streamed.plan(keys).out == one.plan(keys).out
+        assert streamed.plan().out == one.plan().out
 
 
 def test_row_groups_follow_the_size_rule(tmp_path: Path) -> None:
@@ -111,7 +111,7 @@ def test_a_grown_view_keeps_its_old_twin_until_the_new_one_is_whole(tmp_path: Pa
 
 
 def test_twins_read_through_a_mount_hold_exactly_the_view_rows(tmp_path: Path) -> None:
-    from fmtfs import schemas
+    from fmtfs.formats.beats.columns import FRAME
 
     source = beats_sample(tmp_path / "queue", 9000)
     with mounted(source, cache_dir=tmp_path / "cache") as mnt:
@@ -123,7 +123,7 @@ def test_twins_read_through_a_mount_hold_exactly_the_view_rows(tmp_path: Path) -
             assert len(data) == (twin_folder / name).stat().st_size
             (tmp_path / name).write_bytes(data)
             want = parse_lines(read_whole(mnt / "segments" / (name[: -len(".parquet")] + ".jsonl")))
-            got = twin_records(tmp_path / name, schemas.bytes_keys("beats", "segments"))
+            got = twin_records(tmp_path / name, declared_bytes(FRAME))
             same_records(got, want, pq.read_schema(tmp_path / name))
 
 
@@ -390,7 +390,7 @@ def test_spliced_twins_read_the_same_in_spark_and_pyarrow(tmp_path: Path, spark)
     dead_prefix = tmp_path / "dead-prefix.parquet"  # a whole rebuild after the old bytes
     splice(kept, appended, dead_prefix, False, {})
     whole = tmp_path / "whole.parquet"
-    parquet.write_twin(tree.files[VIEW].records(), None, whole)
+    parquet.write_twin(tree.files[VIEW].records(), tree.format.view_schema(VIEW), whole)
     want = pq.read_table(whole)
     assert want.num_rows == 23_000
     for path in (appended, dead_prefix):

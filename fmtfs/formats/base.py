@@ -20,6 +20,10 @@ view     metadata, beats pending ...).  It is rendered whole and cached
          keyed by the identities of all native files.
 record   a dict already in the JSON shape of LAYOUT.md, keys in order
          (see fmtfs.shape for times, bytes and names).
+schema   what the format declares of a record view's fields (times and
+         their precision, opaque bytes, nested objects: fmtfs.formats.schema),
+         so the Parquet twins and the Spark data source type them without
+         guessing from the JSON text (Format.view_schema).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+
+from fmtfs.formats.schema import ViewSchema
 
 Record = dict[str, Any]
 # Opaque, JSON-serialisable decoder state (e.g. the next sequence number, a
@@ -207,9 +213,13 @@ class Format(ABC):
             return False
         return True
 
-    def parquet_schema(self, view_path: str) -> Any:
-        """The pyarrow schema of a record view's Parquet twin, or None to let
-        fmtfs.parquet infer one from the records."""
+    # -- record schemas (fmtfs.formats.schema) --------------------------------
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        """The declared kinds of the fields of a record view's lines (times
+        and their precision, bytes, nested objects), which the Parquet twins
+        and the Spark data source's typed batches follow.  None: every key
+        is inferred from its JSON kind."""
         return None
 
     def view_sources(self, view_path: str) -> list[Path] | None:

@@ -1,5 +1,9 @@
 """Record times for the chunk index: a chunk's time range and time buckets.
 
+A format that has its records' native integer times at hand while it scans
+(wallaby, gvfs) gives them to native_range.  The others (beats, kestrel,
+whose hot decode loops render the time directly) read the text back:
+
 Records hold their time as RFC 3339 text with the format's native precision
 (fmtfs.shape.format_time), so every well-formed time of one column has the
 same width and text order *is* time order.  That makes both jobs cheap:
@@ -19,6 +23,21 @@ from collections.abc import Iterable
 
 from fmtfs.formats.base import BadRecord, Record
 from fmtfs.shape import parse_time
+
+_PER_NS = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1000, "ns": 1}
+_INT64 = 1 << 63
+
+
+def native_range(values: list[int], unit: str) -> tuple[int, int] | None:
+    """(earliest, latest) in ns of native integer times in `unit`, or None
+    when there is none or one does not fit the index's int64 nanoseconds
+    (a damaged or sentinel time: a time filter then keeps the chunk)."""
+    if not values:
+        return None
+    per_ns = _PER_NS[unit]
+    low, high = min(values) * per_ns, max(values) * per_ns
+    return (low, high) if -_INT64 <= low and high < _INT64 else None
+
 
 # Width of a well-formed time text per native unit (years 0001-9999).
 TEXT_WIDTH = {"ns": 30, "us": 27, "ms": 24, "s": 20}

@@ -19,7 +19,8 @@ from typing import Any, ClassVar
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
 from fmtfs.formats.files import fsync_path, read_prefix
-from fmtfs.formats.timerange import text_range
+from fmtfs.formats.schema import Field, Kind, ViewSchema
+from fmtfs.formats.timerange import native_range
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
 
 LOG_MAGIC = b"LOG\x01"
@@ -30,6 +31,11 @@ INDEX_RECORD = struct.Struct("<qQq")
 MAX_PAYLOAD = 64 * 1024  # v1.Create's maxSize: what a real reader accepts
 CHUNK_RECORDS = 4096
 CHUNK_BYTES = 1 << 20
+
+# Every view (`<name>/records.jsonl`, `<name>/buckets/<b>.jsonl`) holds record lines.
+RECORD_SCHEMA = ViewSchema(
+    Field("index", Kind.INT), Field.time("time", "ns"), Field("flags", Kind.INT), Field("data", Kind.BYTES)
+)
 
 BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 BUCKET_PATTERN = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d"}
@@ -136,10 +142,11 @@ class WallabyLog(Stream):
     def _chunks(self, data: mmap.mmap, offset: int, seq: int) -> Iterator[Chunk | Problem]:
         end = len(data)
         while True:
-            records, stop, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end)
+            stamps: list[int] = []
+            records, stop, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end, stamps)
             count = len(records[self.records_view])
             if count:
-                times = text_range((r["time"] for r in records[self.records_view]), "ns")
+                times = native_range(stamps, "ns")
                 yield Chunk(offset, stop, {"seq": seq}, records, times=times)
             if problem is not None:
                 yield problem
@@ -149,9 +156,17 @@ class WallabyLog(Stream):
             offset, seq = stop, seq + count
 
     def _decode_run(
-        self, data: bytes | mmap.mmap, offset: int, seq: int, limit: int, end: int
+        self,
+        data: bytes | mmap.mmap,
+        offset: int,
+        seq: int,
+        limit: int,
+        end: int,
+        stamps: list[int] | None = None,
     ) -> tuple[dict[str, list[Record]], int, Problem | None]:
-        """Up to `limit` records from `offset` (or CHUNK_BYTES of them)."""
+        """Up to `limit` records from `offset` (or CHUNK_BYTES of them); their
+        native times go to `stamps` when given (a scan's chunk time range)."""
+        keep_stamp = stamps.append if stamps is not None else None
         unpack = RECORD.unpack_from
         bucket_name = self.bucketer.name
         lines: list[Record] = []
@@ -175,6 +190,8 @@ class WallabyLog(Stream):
                 {"index": seq, "time": format_time(stamp), "flags": flags}, data[body : body + size]
             )
             lines.append(record)
+            if keep_stamp is not None:
+                keep_stamp(stamp)
             name = bucket_name(stamp)
             bucket = buckets.get(name)
             if bucket is None:
@@ -223,6 +240,9 @@ class WallabyFormat(Format):
         if self._appendable is None:
             return super().writable(view_path)
         return view_path in self._appendable
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        return RECORD_SCHEMA if view_path.endswith(".jsonl") else None
 
     def info(self) -> dict[str, Any]:
         details = {}

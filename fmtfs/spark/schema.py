@@ -6,8 +6,9 @@ name at every level, objects as structs, numbers as long/double, times and
 `data`/`data_base64` as strings, conflicting kinds as JSON text,
 always-empty objects left out (integers beyond int64 are strings here,
 where Spark infers decimals).  With `types` = `parquet` they are those of
-the view's Parquet twin (timestamps, binary bytes, `K_ns` for nanosecond
-times; see fmtfs.parquet).
+the view's Parquet twin, typed by the format's declared view schema
+(timestamps of the declared precision, binary bytes, `K_ns` for
+nanosecond times; see fmtfs.parquet and fmtfs.formats.schema).
 
 Inference decodes a sample of the view's chunks, spread evenly from its
 first to its last (option `inferChunks`, default 8; `all` decodes every
@@ -64,10 +65,31 @@ def json_spark_type(t: pa.DataType) -> DataType | None:
     return StringType()
 
 
+def spark_arrow_type(t: pa.DataType) -> pa.DataType:
+    """`t` with the unsigned integers Spark has no type for widened as
+    Spark reads them from Parquet (uint64 -> decimal(20,0), smaller ones
+    -> the next signed width): a declared proio uint64 field."""
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, spark_arrow_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(spark_arrow_type(t.value_type))
+    if pa.types.is_map(t):
+        return pa.map_(spark_arrow_type(t.key_type), spark_arrow_type(t.item_type))
+    return _UNSIGNED.get(t, t)
+
+
+_UNSIGNED = {
+    pa.uint64(): pa.decimal128(20, 0),
+    pa.uint32(): pa.int64(),
+    pa.uint16(): pa.int32(),
+    pa.uint8(): pa.int16(),
+}
+
+
 def typed_spark_type(t: pa.DataType) -> DataType:
     from pyspark.sql.pandas.types import from_arrow_type
 
-    return from_arrow_type(t, prefer_timestamp_ntz=False)
+    return from_arrow_type(spark_arrow_type(t), prefer_timestamp_ntz=False)
 
 
 @dataclass
@@ -111,7 +133,6 @@ def sample_batches(tree, views: list[str], chunks: int):
 
 def infer(tree, views: list[str], opts: Options) -> Inferred:
     """Infer from a sample of chunks; cached per state of the source."""
-    from fmtfs import schemas
     from fmtfs.index import digest
 
     setting = opts.get("inferchunks", str(DEFAULT_INFER_CHUNKS)).lower()
@@ -123,18 +144,12 @@ def infer(tree, views: list[str], opts: Options) -> Inferred:
         return pickle.loads(cache.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
         pass
-    arrays = []
-    type_: pa.DataType = pa.struct([])
+    shape = parquet.Shape(tree.format.view_schema(views[0]))  # the views of a folder share one
     for batch in sample_batches(tree, views, chunks):
         if batch:
-            arr = parquet.records_to_array(batch)
-            arrays.append(arr)
-            type_ = parquet.unify(type_, arr.type)
-    plan = None
-    if arrays:
-        arrays = [parquet.conform(a, type_) for a in arrays]
-        plan = parquet.make_plan(arrays, schemas.bytes_keys(tree.format.name, views[0]))
-    result = Inferred(type_, plan)
+            shape.add(parquet.records_to_array(batch))  # folded as it comes: O(schema) memory
+    plan = shape.plan() if shape.rows else None
+    result = Inferred(shape.type, plan)
     cache.parent.mkdir(parents=True, exist_ok=True)
     tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
     tmp.write_bytes(pickle.dumps(result))

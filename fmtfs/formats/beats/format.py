@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import Format, FormatError, Problem, ReadOnlyView, Stream, ViewSlice, Writer
+from fmtfs.formats.beats import columns
 from fmtfs.formats.beats.layout import (
     OPT_ENCRYPTED,
     HeaderError,
@@ -18,6 +19,7 @@ from fmtfs.formats.beats.layout import (
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Segment
 from fmtfs.formats.beats.stream import SegmentStream, view_path
 from fmtfs.formats.beats.writer import SegmentWriter, create_segment
+from fmtfs.formats.schema import ViewSchema
 
 STATE_FILE = "state.dat"
 PENDING = "pending.jsonl"
@@ -164,6 +166,9 @@ class BeatsFormat(Format):
         slices = self.pending(state) if isinstance(state, QueueState) else []
         paths = {view_path(s.segment_id): s.path for s in self.streams() if isinstance(s, SegmentStream)}
         return [self.source / STATE_FILE] + [paths[s.view] for s in slices if s.view in paths]
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        return columns.view_schema(view_path)
 
     def info(self) -> dict[str, Any]:
         segments = []

@@ -21,7 +21,7 @@ from fmtfs.formats.base import (
     Stream,
     Writer,
 )
-from fmtfs.formats.gvfs import store
+from fmtfs.formats.gvfs import columns, store
 from fmtfs.formats.gvfs.journal import (
     HEADER_SIZE,
     Invalid,
@@ -32,7 +32,8 @@ from fmtfs.formats.gvfs.journal import (
 )
 from fmtfs.formats.gvfs.records import entry_record, metadata_records, record_entry
 from fmtfs.formats.gvfs.tree import TreeError
-from fmtfs.formats.timerange import text_range
+from fmtfs.formats.schema import ViewSchema
+from fmtfs.formats.timerange import native_range
 from fmtfs.shape import decode_name, encode_name
 
 JOURNAL_VIEW = "journal.jsonl"
@@ -73,11 +74,11 @@ class GvfsJournalStream(Stream):
         total = read_header(data).num_entries
         off = HEADER_SIZE if start is None else start
         index = state["entries"] if state else 0
-        chunk_start, chunk_index, records = off, index, []
+        chunk_start, chunk_index, records, mtimes = off, index, [], []
         for item in iter_entries(data, off, index, total):
             if isinstance(item, Invalid):
                 if off > chunk_start:
-                    yield self._chunk(chunk_start, off, chunk_index, records)
+                    yield self._chunk(chunk_start, off, chunk_index, records, mtimes)
                 yield Problem(
                     self.name,
                     item.offset,
@@ -89,16 +90,17 @@ class GvfsJournalStream(Stream):
                 off += int.from_bytes(data[off : off + 4], "big")
             else:
                 records.append(entry_record(item))
+                mtimes.append(item.mtime)
                 off += item.size
             index += 1
             if len(records) >= CHUNK_RECORDS:
-                yield self._chunk(chunk_start, off, chunk_index, records)
-                chunk_start, chunk_index, records = off, index, []
+                yield self._chunk(chunk_start, off, chunk_index, records, mtimes)
+                chunk_start, chunk_index, records, mtimes = off, index, [], []
         if off > chunk_start:
-            yield self._chunk(chunk_start, off, chunk_index, records)
+            yield self._chunk(chunk_start, off, chunk_index, records, mtimes)
 
-    def _chunk(self, start: int, end: int, first: int, records: list[Record]) -> Chunk:
-        times = text_range((r.get("time") for r in records), "s")
+    def _chunk(self, start: int, end: int, first: int, records: list[Record], mtimes: list[int]) -> Chunk:
+        times = native_range(mtimes, "s")  # the entries' native times (seconds)
         return Chunk(start, end, {"entries": first}, {self.view: records}, times=times)
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
@@ -188,6 +190,12 @@ class GvfsFormat(Format):
                 continue
             out.extend(Problem(tree.name, off, msg) for off, msg in state.tree.problems)
         return out
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        parts = view_path.split("/")
+        if len(parts) != 2:
+            return None
+        return {JOURNAL_VIEW: columns.JOURNAL, METADATA_VIEW: columns.METADATA}.get(parts[1])
 
     def info(self) -> dict[str, Any]:
         cat = self._catalog()

@@ -43,6 +43,7 @@ from fmtfs.formats.base import (
     Writer,
 )
 from fmtfs.formats.files import read_prefix
+from fmtfs.formats.kestrel import columns
 from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, scan_folder
 from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
 from fmtfs.formats.kestrel.records import READER_MAGIC, Corrupt
@@ -56,6 +57,7 @@ from fmtfs.formats.kestrel.shapes import (
 )
 from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
 from fmtfs.formats.kestrel.writers import DEFAULT_JOURNAL_SIZE, PutWriter, ReaderWriter
+from fmtfs.formats.schema import ViewSchema
 from fmtfs.shape import encode_name
 
 
@@ -150,6 +152,9 @@ class KestrelFormat(Format):
                     item_record(item) for item in replay_files(queue.replay)
                 ]
         return views
+
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        return columns.view_schema(view_path)
 
     def info(self) -> dict[str, Any]:
         queues: dict[str, Any] = {}

@@ -14,13 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from fmtfs import schemas
 from fmtfs.formats.base import DerivedRender, Format, FormatError, ReadOnlyView, Stream, Writer
 from fmtfs.formats.files import read_prefix
-from fmtfs.formats.proio import wire
+from fmtfs.formats.proio import columns, wire
 from fmtfs.formats.proio.reader import ProioStream, _Source, summary, walk_heads
 from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descriptor_set
 from fmtfs.formats.proio.writer import ProioWriter
+from fmtfs.formats.schema import ViewSchema
 from fmtfs.shape import decode_name, encode_name
 
 # How far into a file detection looks for a bucket magic: a stream whose
@@ -86,11 +86,16 @@ class ProioFormat(Format):
             return [p for p in self._paths() if encode_name(p.name) == parts[0]] or None
         return None
 
-    def parquet_schema(self, view_path: str) -> Any:
-        """`<file>/types/<type>.jsonl` twins are typed by the message
-        descriptor (from the stream's headers, then the fallbacks)."""
+    def view_schema(self, view_path: str) -> ViewSchema | None:
+        """Event lines (`events.jsonl`, `buckets/<n>.jsonl`), and type lines
+        typed by the message descriptor (from the stream's headers, then
+        the fallbacks)."""
         parts = view_path.split("/")
-        if len(parts) != 3 or parts[1] != "types" or not parts[2].endswith(".jsonl"):
+        if len(parts) < 2 or not parts[-1].endswith(".jsonl"):
+            return None
+        if parts[1:] == ["events.jsonl"] or (len(parts) == 3 and parts[1] == "buckets"):
+            return columns.EVENT_VIEW
+        if len(parts) != 3 or parts[1] != "types":
             return None
         path = {encode_name(p.name): p for p in self._paths()}.get(parts[0])
         if path is None:
@@ -103,7 +108,7 @@ class ProioFormat(Format):
         found = Resolvers(Resolver(blobs) if blobs else None, self._fallbacks).lookup(
             decode_name(parts[2][: -len(".jsonl")])
         )
-        return schemas.proio_type_view_schema(found.cls.DESCRIPTOR) if found is not None else None
+        return columns.type_view_schema(found.cls.DESCRIPTOR) if found is not None else None
 
     def info(self) -> dict[str, Any]:
         streams = {}

@@ -1,13 +1,13 @@
-"""Per-format hints for the Parquet twins (see fmtfs.parquet).
+"""The declared schema of proio's record views (fmtfs.formats.schema),
+and the Arrow type of a protobuf message in its JSON mapping.
 
-The twin's columns are inferred from the records of each view; what the
-JSON shape cannot say is which string keys hold *opaque bytes* (one binary
-column, whether the JSON spelled them as UTF-8 `K` or as `K_base64`) and
-which hold text that is only base64'd when it is not UTF-8 (paths, key
-names: `K` stays a string column, `K_base64` becomes a binary column).
-Keys listed here are opaque bytes; every other `K_base64` is the second
-kind.  A format needing more (declared types, as proio's descriptors give)
-overrides Format.parquet_schema(view_path)."""
+A `types/<type>.jsonl` line holds the entry's message in protobuf's JSON
+mapping (int64 as strings, bytes as base64, enums by name); the message
+descriptor gives the real types, so its `value` is declared with the Arrow
+type built here and fmtfs.parquet casts the JSON to it (strings ->
+integers, base64 -> binary, objects -> maps).  Event lines are free-form
+objects (metadata, tags, entries keyed by id) whose keys come from the
+data: they are inferred."""
 
 from __future__ import annotations
 
@@ -15,28 +15,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from fmtfs.parquet import DEFAULT_BYTES_KEYS
-
-BYTES_KEYS: dict[str, frozenset[str]] = {
-    "wallaby": frozenset({"data"}),  # the log record payload
-    "kestrel": frozenset({"data"}),  # the item payload (PUT / ADDX / items)
-    "beats": frozenset({"data"}),  # a frame whose payload does not decode
-    "proio": frozenset({"payload"}),  # an entry whose type is unknown
-    "gvfs": frozenset(),  # paths, keys and values are text
-}
-
-
-def bytes_keys(format_name: str, view_path: str) -> frozenset[str]:
-    """Keys holding opaque bytes in the records of `view_path`."""
-    return BYTES_KEYS.get(format_name, DEFAULT_BYTES_KEYS)
-
-
-# -- protobuf messages (proio) -------------------------------------------------
-#
-# A proio `types/<type>.jsonl` line holds the entry's message in protobuf's
-# JSON mapping (int64 as strings, bytes as base64, enums by name).  The
-# message descriptor gives the real types; fmtfs.parquet casts the inferred
-# columns to them (strings -> integers, base64 -> binary).
+from fmtfs.formats.schema import Field, Kind, ViewSchema
 
 # FieldDescriptor.TYPE_* -> Arrow type of a scalar
 _PROTO_SCALARS = {
@@ -104,14 +83,22 @@ def _value_type(fd: Any, stack: tuple[str, ...]) -> pa.DataType:
     return _PROTO_SCALARS.get(fd.type, pa.string())
 
 
-def proio_type_view_schema(descriptor: Any) -> pa.Schema:
-    """The schema of a proio `<file>/types/<type>.jsonl` twin (LAYOUT.md §3):
-    for ProioFormat.parquet_schema."""
-    return pa.schema(
-        [
-            ("event", pa.int64()),
-            ("entry", pa.int64()),
-            ("tags", pa.list_(pa.string())),
-            ("value", message_arrow_type(descriptor)),
-        ]
+EVENT_VIEW = ViewSchema(
+    Field("event", Kind.INT),
+    Field.nested("metadata"),
+    Field.nested("metadata_base64"),  # values not UTF-8, base64 (an object, not bytes)
+    Field.nested("tags"),
+    Field.nested("entries"),
+)
+
+
+def type_view_schema(descriptor: Any) -> ViewSchema:
+    """A `<file>/types/<type>.jsonl` view (LAYOUT.md §3) of a message type
+    with this descriptor; a value that did not convert keeps its bytes."""
+    return ViewSchema(
+        Field("event", Kind.INT),
+        Field("entry", Kind.INT),
+        Field.typed("tags", pa.list_(pa.string())),
+        Field.typed("value", message_arrow_type(descriptor)),
+        Field("payload", Kind.BYTES),
     )

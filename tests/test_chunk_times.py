@@ -1,0 +1,52 @@
+"""Chunk.times (the index's per-chunk time range, which time filters and
+buckets skip chunks by) come from the records' native integer times where
+the scan has them (wallaby, gvfs), not from their rendered text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fmtfs.formats.base import Chunk
+from fmtfs.formats.gvfs.format import GvfsFormat
+from fmtfs.formats.timerange import native_range
+from fmtfs.formats.wallaby import WallabyLog, WallabyWriter
+from fmtfs.shape import parse_time
+
+NS = 1_000_000_000
+
+
+def chunks(stream) -> list[Chunk]:
+    return [c for c in stream.scan(None, None) if isinstance(c, Chunk)]
+
+
+def test_wallaby_chunk_times_are_the_native_extremes(tmp_path: Path) -> None:
+    from fmtfs.samples.wallaby import generate
+
+    log = generate(tmp_path, 1) / "events.log"
+    # out of order, with nanoseconds that text of a coarser unit would lose
+    stamps = [1_700_000_000 * NS + 7, 5 * NS + 1, 1_600_000_000 * NS + 999_999_999, 1_650_000_000 * NS]
+    WallabyWriter(log).write([{"time": t, "data": f"r{i}"} for i, t in enumerate(stamps)])
+    (chunk,) = chunks(WallabyLog(log, "hour"))
+    rendered = [parse_time(r["time"], "ns") for r in chunk.records["events.log/records.jsonl"]]
+    assert rendered[1:] == stamps  # after the sample's own record, the same instants
+    assert chunk.times == (min(rendered), max(rendered)) == (5 * NS + 1, 1_700_000_000 * NS + 7)
+
+
+def test_gvfs_chunk_times_are_the_entries_native_seconds(tmp_path: Path) -> None:
+    from fmtfs.samples.gvfs import generate
+
+    source = generate(tmp_path, 400)
+    fmt = GvfsFormat(source, {})
+    for stream in fmt.streams():
+        for chunk in chunks(stream):
+            records = chunk.records[stream.view]
+            seconds = [parse_time(r["time"], "s") for r in records]
+            assert chunk.times == (min(seconds) * NS, max(seconds) * NS)
+    assert any(chunks(s) for s in fmt.streams())
+
+
+def test_a_time_beyond_the_index_range_gives_no_range() -> None:
+    assert native_range([1, 2], "s") == (NS, 2 * NS)
+    assert native_range([3, -(1 << 63)], "ns") == (-(1 << 63), 3)
+    assert native_range([0, 10**10], "s") is None  # past 2262: not int64 nanoseconds
+    assert native_range([], "ms") is None
