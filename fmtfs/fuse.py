@@ -259,6 +259,10 @@ class FmtfsOperations(pyfuse3.Operations):
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
         view = self.tree.file(path)
         if isinstance(view, ParquetFile):
+            # readers of two versions share the inode's page cache: they agree
+            # (each version starts with the previous one's bytes), and a short
+            # read at the end of the older one shrinks the kernel's size, so
+            # its zero-filled last page is dropped when a newer size is seen
             self.twin_handles[info.fh] = await trio.to_thread.run_sync(view.open)
         if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
             self.positions[info.fh] = self.tree.size(path)

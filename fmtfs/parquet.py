@@ -584,20 +584,35 @@ class Spill:
         self.path.unlink(missing_ok=True)
 
 
-def write_twin(batches: Iterable[list[Record]], schema: ViewSchema | None, target: Path) -> int:
+class SchemaChanged(Exception):
+    """The records need another schema than the one expected (write_twin)."""
+
+
+def write_twin(
+    batches: Iterable[list[Record]],
+    schema: ViewSchema | None,
+    target: Path,
+    shape: Shape | None = None,
+    expect: pa.Schema | None = None,
+) -> int:
     """Records -> the Parquet twin at `target` (atomic), row group by row
-    group in bounded memory (see the module docstring).  Returns the rows."""
+    group in bounded memory (see the module docstring).  Returns the rows.
+    `shape`: what earlier records of the view taught (new rows of a grown
+    view are typed as the whole view; it is updated); with `expect`, raises
+    SchemaChanged, writing nothing, if the records need another schema."""
     scratch = f"{target.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}"
     tmp = target.with_name(scratch + ".tmp")
     spill = Spill(target.with_name(scratch + ".spill"))
     try:
-        shape = Shape(schema)
+        shape = Shape(schema) if shape is None else shape
         for batch in batches:
             if batch:
                 arr = records_to_array(batch)
                 shape.add(arr)
                 spill.put(arr)
         typer = Typer(shape)
+        if expect is not None and not typer.schema.equals(expect, check_metadata=False):
+            raise SchemaChanged(f"{target.name}: {typer.schema} is not {expect}")
         rows = _write_groups(typer, spill, tmp, group_rows(shape.rows, shape.nbytes))
         os.replace(tmp, target)
         return rows

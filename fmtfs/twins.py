@@ -23,19 +23,44 @@ Who builds a twin, and when:
   and asks the builder for the new one; once the new file is complete it
   is renamed into place and served from the next stat on.  A mount opens
   the file for each reader (`TwinHandle`), so an open reader keeps reading
-  the one whole file it opened even after the switch.  (A reader that
-  stats before a switch and opens after it gets the new file: Parquet
-  cannot be appended in place, so the old bytes are not a prefix of the
-  new ones.)
+  the one whole file it opened even after the switch.
+
+Versions are prefixes of each other.  A reader may learn a twin's size
+before a switch and open it after (Spark's driver lists sizes, its
+executors open the files seconds later and read the footer at the listed
+length; the kernel even re-asks the size at the open).  So a new version
+starts with the previous version's bytes (fmtfs.parquet_splice): reading
+the old size of the new file reads exactly the old file.
+
+- A grown view whose earlier records are unchanged (a stream that grew,
+  the same native file) with a schema the new records do not change gets
+  only its new rows written, as new row groups after the old file's bytes,
+  under a footer listing the old row groups and the new ones: nothing is
+  wasted and the old records are not decoded again.  What the schema
+  depends on (fmtfs.parquet.Shape) and what the twin was built from (the
+  view's JSON length, its native file) travel in the twin's key-value
+  metadata.
+- Otherwise (the schema changes, a derived view such as pending.jsonl
+  that loses records at its start) the twin is rebuilt whole, and written
+  after the old file's bytes if a stat reported a version of the twin
+  within GRACE_SECONDS (the old bytes are then dead weight: no footer
+  points at them); a twin nobody stat'd for that long is rebuilt without
+  them.  (Any version counts: each is a prefix of the next, so keeping the
+  newest file keeps every earlier one.  The time of the last report is a
+  marker file's, so a builder child started before it knows.)
 
 Without a mount (`fmtfs ls/cat`) there is no builder: a stat of a changed
 twin builds it."""
 
 from __future__ import annotations
 
+import base64
+import bisect
 import ctypes
+import dataclasses
 import fcntl
 import logging
+import math
 import os
 import pickle
 import signal
@@ -43,15 +68,22 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from fmtfs import parquet
-from fmtfs.index import digest
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fmtfs import __version__, parquet
+from fmtfs.formats.base import Record
+from fmtfs.index import ViewPieces, digest
+from fmtfs.parquet_splice import splice
 
 if TYPE_CHECKING:
+    from fmtfs.formats.schema import ViewSchema
     from fmtfs.views import SourceTree, ViewFile
 
 log = logging.getLogger("fmtfs")
@@ -68,6 +100,22 @@ REBUILD_SPACING = 5.0
 # smaller ones are built in the mount (no process start for each).
 IN_PROCESS_LIMIT = 32 << 20
 
+# A whole rebuild keeps the old file's bytes as its prefix if a stat
+# reported the old file's size less than this long ago: a reader (a Spark
+# job) may still read at that size.
+GRACE_SECONDS = 600.0
+NOTE_SECONDS = 30.0
+
+# A twin grown by many small appends (a live queue) has many small row
+# groups; past this many times the groups a whole build would make (plus a
+# few), it is rebuilt whole instead.
+MAX_GROUPS_FACTOR = 2
+TARGET_EXTRA_GROUPS = 16
+
+# Key-value metadata of a twin: what its growth by appending needs.
+SHAPE_KEY = "fmtfs.shape"
+BUILT_FROM_KEY = "fmtfs.built_from"
+
 
 class Twins:
     """The twins of one source: where they live, and the builder if any."""
@@ -78,7 +126,25 @@ class Twins:
         self.source_key = source_key
         self.format = fmt
         self.builder: TwinBuilder | None = None  # set in a mount
+        self.noted: dict[str, float] = {}  # view prefix -> monotonic time its marker was last touched
         self._remove_leftovers()
+
+    def note_reported(self, prefix: str) -> None:
+        """A stat reported the size of a version of the twin `prefix`: the
+        modification time of a marker file says when, to this process and
+        to a builder child started before (touched at most every
+        NOTE_SECONDS, so a stat stays a stat)."""
+        now = time.monotonic()
+        if now - self.noted.get(prefix, -NOTE_SECONDS) >= NOTE_SECONDS:
+            self.noted[prefix] = now
+            (self.folder / f"{prefix}reported").touch()
+
+    def reported_lately(self, prefix: str) -> bool:
+        """Whether a stat reported a version of the twin within GRACE_SECONDS."""
+        try:
+            return (self.folder / f"{prefix}reported").stat().st_mtime >= time.time() - GRACE_SECONDS
+        except FileNotFoundError:
+            return False
 
     def _remove_leftovers(self) -> None:
         """Scratch files of builds whose process died (an unmount mid-build):
@@ -167,7 +233,7 @@ class ParquetFile:
             target = self.target(identity)
             with self.twins.build_lock(self.prefix):
                 if not target.exists():
-                    parquet.write_twin(self.source.records(), schema, target)
+                    self._write(target, schema)
             if self.source.identity() == identity or attempt == 2:
                 break
             # the view grew while its records were read: the file may hold a
@@ -176,6 +242,61 @@ class ParquetFile:
         self._served = (identity, target)
         self._remove_older(target)
         return target
+
+    def _write(self, target: Path, schema: ViewSchema | None) -> None:
+        """The twin of the view's state at `target`: the previous file's
+        bytes first where a reader may hold its size, then only the new
+        rows where the view grew by appending, else every row."""
+        built_from = {"bytes": self.source.size(), "native": _native_of(self.source), "fmtfs": __version__}
+        base = self._newest_older(target)
+        scratch = f"{target.name}.{os.getpid()}"
+        part, out = target.with_name(scratch + ".part.tmp"), target.with_name(scratch + ".out.tmp")
+        try:
+            appended = base is not None and self._append(base, built_from, part, schema)
+            if appended:
+                shape, keep_rows = appended, True
+            else:
+                shape, keep_rows = parquet.Shape(schema), False
+                parquet.write_twin(self.source.records(), schema, part, shape=shape)
+                if base is not None and not self.twins.reported_lately(self.prefix):
+                    base = None  # nobody can hold the size of a version any more: no dead weight
+            meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
+            splice(base, part, out, keep_rows, meta)
+            os.replace(out, target)
+        finally:
+            part.unlink(missing_ok=True)
+            out.unlink(missing_ok=True)
+
+    def _append(
+        self,
+        base: Path,
+        built_from: dict[str, Any],
+        part: Path,
+        schema: ViewSchema | None,
+    ) -> parquet.Shape | None:
+        """Write only the rows the view gained since `base` was built into
+        `part`, typed as the whole view; their Shape, or None when the view
+        did not grow by appending or its schema changes."""
+        try:
+            footer = pq.read_metadata(base)
+            meta = footer.metadata or {}
+            before = orjson.loads(meta[BUILT_FROM_KEY.encode()])
+            shape = _shape_of(meta[SHAPE_KEY.encode()], schema)
+        except (OSError, KeyError, ValueError, pa.ArrowInvalid):
+            return None  # an older twin without the facts: rebuilt whole
+        if not _grew_by_appending(before, built_from):
+            return None
+        wanted = math.ceil(shape.rows / parquet.group_rows(shape.rows, shape.nbytes))
+        if footer.num_row_groups > MAX_GROUPS_FACTOR * wanted + TARGET_EXTRA_GROUPS:
+            return None  # many small appends: rewritten whole into full-sized row groups
+        batches = _records_past(self.source, before["bytes"])
+        if batches is None:
+            return None
+        try:
+            parquet.write_twin(batches, schema, part, shape=shape, expect=pq.read_schema(base))
+        except parquet.SchemaChanged:
+            return None
+        return shape
 
     def _remove_older(self, keep: Path) -> None:
         """Drop files of earlier states (never a newer one a concurrent build
@@ -194,7 +315,9 @@ class ParquetFile:
     # -- the ViewFile interface -------------------------------------------
 
     def size(self) -> int:
-        return self.path().stat().st_size
+        path = self.path()
+        self.twins.note_reported(self.prefix)
+        return path.stat().st_size
 
     def read(self, offset: int, size: int) -> bytes:
         with self.open() as handle:
@@ -232,6 +355,83 @@ class TwinHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+# -- growth by appending -------------------------------------------------------
+
+
+def _native_of(view: Any) -> list[Any] | None:
+    """The native file a stream view is decoded from (path, inode, size), or
+    None for views made of several streams or computed from the source."""
+    entry = getattr(view, "entry", None)  # an IndexedFile (fmtfs.views)
+    if entry is None:
+        return None
+    return [entry.identity.path, entry.identity.inode, entry.identity.size]
+
+
+def _grew_by_appending(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether the view's records when `before` was built are the first
+    records of the view now: the same native file, grown (the chunk index
+    keeps the chunks of a grown file: fmtfs.index), the same fmtfs."""
+    old, new = before.get("native"), now["native"]
+    return (
+        old is not None
+        and new is not None
+        and old[:2] == new[:2]
+        and old[2] <= new[2]
+        and before["bytes"] <= now["bytes"]
+        and before.get("fmtfs") == now["fmtfs"]
+    )
+
+
+def _records_past(view: Any, done: int) -> Iterable[list[Record]] | None:
+    """The record batches of a stream view past its first `done` bytes of
+    JSON, decoding only the chunks from the one holding byte `done`; None
+    if `done` is not the end of a line there."""
+    pieces: ViewPieces = view.entry.views.get(view.view, ViewPieces())
+    first = bisect.bisect_right(pieces.ends, done)  # the first piece ending past `done`
+    if first == len(pieces.seqs):
+        return []
+    start = pieces.ends[first - 1] if first else 0
+    skip = 0
+    if done > start:
+        rendered = view.index.piece(view.entry, view.view, pieces.seqs[first])
+        if rendered[done - start - 1 : done - start] != b"\n":
+            return None
+        skip = rendered[: done - start].count(b"\n")
+    rest = ViewPieces(pieces.seqs[first:], pieces.ends[first:])
+    entry = dataclasses.replace(view.entry, views={view.view: rest})
+    batches = iter(view.index.records(entry, view.view))
+    return _skipping(batches, skip)
+
+
+def _skipping(batches: Iterator[list[Record]], skip: int) -> Iterator[list[Record]]:
+    for n, batch in enumerate(batches):
+        yield batch[skip:] if n == 0 else batch
+
+
+def _shape_text(shape: parquet.Shape) -> str:
+    """A Shape as text for a twin's key-value metadata (its declaration is
+    the format's: not stored)."""
+    schema = pa.schema(list(shape.type)).serialize().to_pybytes()
+    return orjson.dumps(
+        {
+            "type": base64.b64encode(schema).decode(),
+            "not_times": [list(path) for path in shape.not_times],
+            "rows": shape.rows,
+            "nbytes": shape.nbytes,
+        }
+    ).decode()
+
+
+def _shape_of(text: bytes, declared: ViewSchema | None) -> parquet.Shape:
+    document = orjson.loads(text)
+    shape = parquet.Shape(declared)
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["type"])))
+    shape.type = pa.struct(list(schema))
+    shape.not_times = {tuple(path) for path in document["not_times"]}
+    shape.rows, shape.nbytes = document["rows"], document["nbytes"]
+    return shape
 
 
 def twins_of(tree: SourceTree) -> list[ParquetFile]:

@@ -19,6 +19,14 @@ subprocesses:
   ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
   write_through  `cat lines >> view`                            vs  the format's encoder in process
   peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
+  twins_build    `fmtfs index` building every Parquet twin (index built) vs the plain loop (time ratio)
+  twins_background_s  the background builder making every twin after a fresh mount (seconds), with
+                 twins_rss_mount_mb and twins_rss_total_mb: the peak RSS of the mount alone and with
+                 its children (the builder process, decode workers) meanwhile (MB, sampled every
+                 50 ms); twins_rss_index_mb: the peak RSS of `fmtfs index` building them (MB)
+  twins_ls       `ls -l parquet/<folder>` with the twins on disk vs as many regular files
+  spark_parquet  spark.read.parquet(parquet/<folder>).count() over a mount vs spark.read.json of the
+                 same JSON bytes in a plain folder (scripts/bench_twins.py: these for one format, any size)
 
 The "plain loop" (scripts/plain_loops.py) decodes and renders without fmtfs
 (beats, wallaby, kestrel); proio and gvfs, whose decoding needs a schema
@@ -64,6 +72,7 @@ from fmtfs.formats import open_source  # noqa: E402
 from fmtfs.render import parse_lines, render_views  # noqa: E402
 
 FORMATS = ("beats", "wallaby", "kestrel", "proio", "gvfs")
+PARQUET = "parquet"  # the mount's folder of Parquet twins
 OPTIONS = {"key": None, "time_bucket": "hour", "descriptor_set": None, "kestrel_journal_size": 16 << 20}
 
 
@@ -218,6 +227,8 @@ class PeakRss:
     def __init__(self, mnt: Path) -> None:
         self.root = _mount_pid(mnt)
         self.peak = 0
+        self.own_peak = 0  # the mount process alone
+        self.children_peak = 0  # its descendants together (decode workers, the twin builder)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
 
@@ -231,7 +242,10 @@ class PeakRss:
 
     def _sample(self) -> None:
         while True:
-            self.peak = max(self.peak, sum(_rss(pid) for pid in _tree(self.root)))
+            own, *children = (_rss(pid) for pid in _tree(self.root))
+            self.own_peak = max(self.own_peak, own)
+            self.children_peak = max(self.children_peak, sum(children))
+            self.peak = max(self.peak, own + sum(children))
             if self._stop.wait(0.05):
                 return
 
@@ -512,6 +526,13 @@ def spark_session() -> Any:
     return _SPARK[0]
 
 
+def copy_spark_views(folder: Path, plain: Path) -> None:
+    """The JSON views spark.read.json(folder) reads, as regular files in `plain`."""
+    for view in folder.iterdir():
+        if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
+            shutil.copyfile(view, plain / view.name)
+
+
 def figure_spark(run: FormatRun) -> list[Figure]:
     """spark.read.json(view folder).count() over a fresh mount (twice) and
     the data source with default options, each vs a plain local folder."""
@@ -519,9 +540,7 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     mnt, cache = run.scratch / "mnt", run.scratch / "cache"
     plain = run.fresh("plain-spark")
     with mounted(run.source, mnt, cache):
-        for view in (mnt / run.layout.spark_folder).iterdir():
-            if view.is_file() and view.suffix == ".jsonl" and not view.name.startswith("_"):
-                shutil.copyfile(view, plain / view.name)
+        copy_spark_views(mnt / run.layout.spark_folder, plain)
     for _ in range(2):  # JIT and page cache
         spark.read.json(str(plain)).count()
     counts = set()
@@ -613,6 +632,103 @@ def figure_time_filter(run: FormatRun) -> list[Figure]:
     ]
 
 
+def figure_twins(run: FormatRun) -> list[Figure]:
+    """Parquet twins: every twin built by `fmtfs index` (the index is
+    already there) vs the plain loop over the same source; the background
+    builder of a fresh mount, with the peak RSS of the mount and of its
+    children (the builder process); `ls -l` of the twins on disk vs as many
+    regular files."""
+    cache = run.scratch / "cache"
+    shutil.rmtree(cache / "parquet", ignore_errors=True)
+    start = time.perf_counter()
+    command = [sys.executable, "-m", "fmtfs", "index", run.source, "--cache-dir", cache, "-q"]
+    index = subprocess.Popen(command, cwd=ROOT)
+    _, status, usage = os.wait4(index.pid, 0)  # its peak RSS too
+    build = time.perf_counter() - start
+    index.returncode = status
+    if status:
+        raise SystemExit(f"{run.fmt}: fmtfs index failed ({status})")
+    run_baseline(run)
+    built = sorted(p.name for p in (cache / "parquet").glob("*.parquet"))
+    shutil.rmtree(cache / "parquet")
+    mnt = run.scratch / "mnt"
+    with mounted(run.source, mnt, cache), PeakRss(mnt) as rss:
+        start = time.perf_counter()
+        while len(list((cache / "parquet").glob("*.parquet"))) < len(built):
+            if time.perf_counter() - start > 3600:
+                raise SystemExit(f"{run.fmt}: the background builder made no {len(built)} twins in an hour")
+            time.sleep(0.1)  # nobody stats parquet/: the background builder makes them all
+        background = time.perf_counter() - start
+    plain = run.fresh("plain-twins")
+    with mounted(run.source, mnt, cache):
+        twins = sorted(p for p in (mnt / PARQUET / run.layout.spark_folder).iterdir() if p.is_file())
+        listed = _ls(twins)
+    for twin in twins:
+        (plain / twin.name).touch()
+    regular = _ls([plain / twin.name for twin in twins])
+    mb = run.native_bytes / 1e6
+    base = sum(run.baseline_seconds) / len(run.baseline_seconds)
+    own, children, total = rss.own_peak / 1e6, rss.children_peak / 1e6, rss.peak / 1e6
+    index_mb = usage.ru_maxrss / 1e3  # kB
+    return [
+        Figure(
+            "twins_build",
+            build / base,
+            f"{len(built)} twins in {build:.2f} s ({mb / build:.1f} MB/s)",
+            f"{run.baseline_kind} {base:.2f} s",
+            "time ratio (lower is better)",
+        ),
+        Figure(
+            "twins_background_s",
+            background,
+            f"{len(built)} twins in {background:.2f} s after a mount",
+            "-",
+            "s (nice 19, one child)",
+        ),
+        Figure("twins_rss_mount_mb", own, f"{own:.0f} MB (the mount alone)", "-", "MB"),
+        Figure(
+            "twins_rss_total_mb",
+            total,
+            f"{total:.0f} MB (mount + children, {children:.0f} MB at most for the children)",
+            "-",
+            "< 300 MB",
+        ),
+        Figure("twins_rss_index_mb", index_mb, f"{index_mb:.0f} MB (fmtfs index building them)", "-", "MB"),
+        Figure(
+            "twins_ls",
+            listed / regular,
+            f"{len(twins)} twins {listed:.3f} s",
+            f"regular {regular:.3f} s",
+            "-",
+        ),
+    ]
+
+
+def figure_spark_parquet(run: FormatRun) -> list[Figure]:
+    """spark.read.parquet(parquet/<folder>).count() over a mount (twins on
+    disk) vs spark.read.json of the same JSON bytes in a plain folder."""
+    spark = spark_session()
+    mnt, cache = run.scratch / "mnt", run.scratch / "cache"
+    plain = run.fresh("plain-spark-json")
+    with mounted(run.source, mnt, cache):
+        copy_spark_views(mnt / run.layout.spark_folder, plain)
+        twins = str(mnt / PARQUET / run.layout.spark_folder)
+        rows = {spark.read.parquet(twins).count(), spark.read.json(str(plain)).count()}  # warm both
+        parquet_s, n = timed(lambda: spark.read.parquet(twins).count())
+        json_s, m = timed(lambda: spark.read.json(str(plain)).count())
+    if len(rows | {n, m}) != 1:
+        raise SystemExit(f"{run.fmt}: the twins and the JSON views hold different rows: {rows | {n, m}}")
+    return [
+        Figure(
+            "spark_parquet",
+            parquet_s / json_s,
+            f"read.parquet twins {parquet_s:.2f} s",
+            f"read.json plain {json_s:.2f} s",
+            "< 1 (lower is better)",
+        )
+    ]
+
+
 # The order matters: first_mount builds the index the later figures reuse,
 # figure_cat leaves the view copies figure_write_through takes lines from.
 FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
@@ -620,8 +736,13 @@ FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
     figure_cat,
     figure_listing,
     figure_write_through,
+    figure_twins,
 ]
-SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [figure_spark, figure_time_filter]
+SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
+    figure_spark,
+    figure_time_filter,
+    figure_spark_parquet,
+]
 
 
 # -- driver ----------------------------------------------------------------------

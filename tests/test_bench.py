@@ -10,8 +10,15 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
-FIGURES = {"first_mount", "cold_cat", "warm_cat", "peak_rss_mb", "ls_20", "write_through"}
-SPARK_FIGURES = {"spark_json_first", "spark_json_second", "data_source", "time_filter"}
+FIGURES = {"first_mount", "cold_cat", "warm_cat", "peak_rss_mb", "ls_20", "write_through"} | {
+    "twins_build",
+    "twins_background_s",
+    "twins_rss_mount_mb",
+    "twins_rss_total_mb",
+    "twins_rss_index_mb",
+    "twins_ls",
+}
+SPARK_FIGURES = {"spark_json_first", "spark_json_second", "data_source", "time_filter", "spark_parquet"}
 
 
 def bench(tmp_path: Path, *args: str) -> dict:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import orjson
 import pyarrow.parquet as pq
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from fmtfs import parquet, twins
@@ -202,3 +203,225 @@ def test_a_big_view_asked_for_by_a_stat_is_built_by_a_child_process(tmp_path: Pa
     path = twin.path()
     assert not built_here  # nothing was written by this process
     assert path == twin.target() and pq.read_table(path).num_rows == 2000
+
+
+# -- versions of a twin are prefixes of each other ------------------------------
+
+
+def group_starts(path_or_data) -> list[int]:
+    """Where each row group's first column chunk starts."""
+    source = io.BytesIO(path_or_data) if isinstance(path_or_data, bytes) else path_or_data
+    meta = pq.ParquetFile(source).metadata
+    starts = []
+    for i in range(meta.num_row_groups):
+        column = meta.row_group(i).column(0)
+        starts.append(column.dictionary_page_offset or column.data_page_offset)
+    return starts
+
+
+def cache_file_holding(cache: Path, data: bytes) -> Path:
+    return next(p for p in (cache / "parquet").glob("*.parquet") if p.read_bytes() == data)
+
+
+GROWTHS = {
+    # the same schema: only the new rows are written, after the old file
+    "wallaby-append": (
+        lambda tmp: wallaby_sample(tmp, 3000),
+        lambda mnt: (TWIN, VIEW),
+        b"".join(orjson.dumps({"data": f"new {i}"}) + b"\n" for i in range(40)),
+    ),
+    # a field no record had: the twin is rebuilt whole, after the old file
+    "beats-new-field": (
+        lambda tmp: beats_sample(tmp, 3000),
+        lambda mnt: (
+            f"parquet/segments/{max((p.stem for p in (mnt / 'segments').iterdir()), key=int)}.parquet",
+            f"segments/{max((p.stem for p in (mnt / 'segments').iterdir()), key=int)}.jsonl",
+        ),
+        b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, '
+        b'"fields": {"message": "hello", "brand_new": 7}}\n',
+    ),
+}
+
+
+@pytest.mark.parametrize("growth", sorted(GROWTHS))
+def test_a_reader_that_stats_before_a_switch_and_opens_after_reads_the_whole_old_file(
+    tmp_path: Path, growth: str
+) -> None:
+    make, names, lines = GROWTHS[growth]
+    (tmp_path / "src").mkdir()
+    source = make(tmp_path / "src")
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        twin_name, view_name = names(mnt)
+        twin, view = mnt / twin_name, mnt / view_name
+        old = read_whole(twin)
+        old_rows = pq.read_table(io.BytesIO(old)).num_rows
+        listed = os.stat(twin).st_size  # what Spark's driver lists
+        assert listed == len(old)
+        old_file = cache_file_holding(cache, old)
+        added = lines.count(b"\n")
+        with open(view, "ab") as f:
+            f.write(lines)
+        prefix = old_file.name.split("-")[0]
+
+        def switched() -> bool:
+            # the native file may change in steps (Beats: frames, then the
+            # header's count): wait for the version holding every new row
+            for path in (cache / "parquet").glob(prefix + "-*.parquet"):
+                try:
+                    if pq.read_metadata(path).num_rows == old_rows + added:
+                        return not old_file.exists()
+                except FileNotFoundError:
+                    continue  # replaced meanwhile
+            return False
+
+        wait_for(switched, "the rebuilt twin switched in")
+        fd = os.open(twin, os.O_RDONLY)  # what an executor does seconds later
+        try:
+            seen = os.pread(fd, listed, 0)
+            whole = os.pread(fd, 1 << 30, 0)
+        finally:
+            os.close(fd)
+        assert seen == old  # the listed size reads the old file, whole
+        assert pq.read_table(io.BytesIO(seen)).num_rows == old_rows
+        assert os.stat(twin).st_size == len(whole) > listed  # a new stat sees the new version
+        table = pq.read_table(io.BytesIO(whole))
+        assert table.num_rows == old_rows + added
+        starts = group_starts(whole)
+        if growth == "wallaby-append":  # the old row groups are the new file's first ones
+            assert starts[: len(group_starts(old))] == group_starts(old) and max(starts) > listed
+            assert table.column("data").to_pylist()[-1] == b"new 39"
+        else:  # a whole rebuild, after the old bytes
+            assert min(starts) > listed
+            assert "brand_new" in table.schema.field("fields").type.names
+
+
+def test_readers_of_two_versions_of_one_twin_at_once_each_read_their_own(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 3000)
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        twin = mnt / TWIN
+        old = read_whole(twin)
+        old_file = cache_file_holding(cache, old)
+        first = os.open(twin, os.O_RDONLY)  # opened on the old version
+        try:
+            with open(mnt / VIEW, "ab") as f:
+                f.write(b"".join(orjson.dumps({"data": f"new {i}"}) + b"\n" for i in range(40)))
+            wait_for(lambda: not old_file.exists() and twin.stat().st_size > len(old), "the switch")
+            second = os.open(twin, os.O_RDONLY)  # the new version, while the first reads the old
+            try:
+                # the old reader fills the page cache up to its end, the last page part zeros
+                assert os.pread(first, 1 << 30, 0) == old
+                new = os.pread(second, 1 << 30, 0)
+            finally:
+                os.close(second)
+        finally:
+            os.close(first)
+        assert new.startswith(old) and len(new) == twin.stat().st_size
+        assert pq.read_table(io.BytesIO(new)).num_rows == 3040
+
+
+def test_a_twin_nobody_stated_lately_is_rebuilt_without_the_old_bytes(tmp_path: Path, monkeypatch) -> None:
+    source = beats_sample(tmp_path / "queue", 500, segments=1)
+    tree = tree_of(source, tmp_path / "cache")
+    path = "parquet/segments/0.parquet"
+    first = tree.read(path, 0, tree.size(path))  # a stat reports the first version
+
+    def add(fields: bytes) -> bytes:
+        line = b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, "fields": ' + fields + b"}\n"
+        tree.open_writer("segments/0.jsonl", False).write(line)
+        return tree.read(path, 0, tree.size(path))  # a new field: rebuilt whole
+
+    second = add(b'{"second": 1}')
+    assert second[: len(first)] == first and min(group_starts(second)) > len(first)
+    monkeypatch.setattr(twins, "GRACE_SECONDS", 0.0)  # nobody can hold the second's size any more
+    third = add(b'{"third": "x"}')
+    assert min(group_starts(third)) == 4  # right after the leading PAR1: no dead weight
+    assert pq.read_table(io.BytesIO(third)).num_rows == 502
+
+
+def test_a_twin_grown_by_many_small_appends_is_rebuilt_into_full_row_groups(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from fmtfs.formats.wallaby import WallabyWriter
+
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 20_000)
+    tree = tree_of(source, tmp_path / "cache")
+    first = pq.ParquetFile(tree.files[TWIN].build()).metadata.num_row_groups
+    monkeypatch.setattr(twins, "MAX_GROUPS_FACTOR", 1)
+    monkeypatch.setattr(twins, "TARGET_EXTRA_GROUPS", 0)
+    counts = []
+    for n in range(2):
+        WallabyWriter(source / "events.log").write([{"data": f"small {n}"}])
+        tree.refresh(force=True)
+        counts.append(pq.ParquetFile(tree.files[TWIN].build()).metadata.num_row_groups)
+    assert counts[0] == first + 1  # appended: one small group more
+    assert counts[1] == first  # past the limit: whole again
+    assert pq.read_table(tree.files[TWIN].build()).column("data").to_pylist()[-2:] == [b"small 0", b"small 1"]
+
+
+# -- spliced files as other readers see them --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def spark():
+    from tests.sparking import start_session
+
+    session = start_session("local[2]", "fmtfs-twins", **{"spark.sql.files.maxPartitionBytes": "65536"})
+    yield session
+    session.stop()
+
+
+def test_spliced_twins_read_the_same_in_spark_and_pyarrow(tmp_path: Path, spark) -> None:
+    from fmtfs.formats.wallaby import WallabyWriter
+    from fmtfs.parquet_splice import splice
+
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 20_000)
+    tree = tree_of(source, tmp_path / "cache")
+    old = tree.files[TWIN].build()
+    kept = tmp_path / "old.parquet"
+    kept.write_bytes(old.read_bytes())
+    WallabyWriter(source / "events.log").write([{"data": f"late {i}"} for i in range(3000)])
+    tree.refresh(force=True)
+    appended = tree.files[TWIN].build()  # old row groups + new ones
+    dead_prefix = tmp_path / "dead-prefix.parquet"  # a whole rebuild after the old bytes
+    splice(kept, appended, dead_prefix, False, {})
+    whole = tmp_path / "whole.parquet"
+    parquet.write_twin(tree.files[VIEW].records(), tree.format.view_schema(VIEW), whole)
+    want = pq.read_table(whole)
+    assert want.num_rows == 23_000
+    for path in (appended, dead_prefix):
+        assert path.read_bytes().startswith(kept.read_bytes())
+        assert pq.read_table(path).equals(want)
+        frame = spark.read.parquet(str(path))
+        assert frame.rdd.getNumPartitions() > 1  # split by byte ranges: row groups found by their offsets
+        row = frame.selectExpr("count(*)", "sum(index)", "count(distinct data)").first()
+        assert tuple(row) == (23_000, sum(range(23_000)), len(set(want.column("data").to_pylist())))
+
+
+def test_footers_decode_and_encode_to_the_same_bytes(tmp_path: Path) -> None:
+    from fmtfs.parquet_splice import encode_struct, read_footer
+
+    source = beats_sample(tmp_path / "queue", 2000, segments=1)
+    twin = tmp_path / "pyarrow.parquet"  # a footer as pyarrow writes it (nested structs, lists, times)
+    parquet.write_twin(tree_of(source, tmp_path / "cache").files["segments/0.jsonl"].records(), None, twin)
+    data = twin.read_bytes()
+    footer, start = read_footer(twin)
+    assert encode_struct(footer) == data[start:-8]
+
+
+def test_a_builder_started_before_a_stat_still_keeps_the_old_bytes(tmp_path: Path) -> None:
+    source = beats_sample(tmp_path / "queue", 500, segments=1)
+    path = "parquet/segments/0.parquet"
+    builder = tree_of(source, tmp_path / "cache")  # a builder child's tree, opened first
+    mount = tree_of(source, tmp_path / "cache")
+    first = mount.read(path, 0, mount.size(path))  # the mount's stat reports the first version
+    line = b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, "fields": {"later": 1}}\n'
+    mount.open_writer("segments/0.jsonl", False).write(line)
+    builder.refresh(force=True)
+    rebuilt = builder.files[path].build()  # a new field: rebuilt whole, by the other tree
+    data = rebuilt.read_bytes()
+    assert data[: len(first)] == first and min(group_starts(data)) > len(first)
