@@ -10,7 +10,6 @@ process already runs threads."""
 
 from __future__ import annotations
 
-import gc
 import multiprocessing
 import os
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import Chunk, Format, State, Stream
-from fmtfs.render import render_views
+from fmtfs.render import render_chunk
 
 # this worker process's format and its streams by name
 _format: Format | None = None
@@ -38,12 +37,7 @@ def _render_chunk(name: str, start: int, end: int, state: State) -> dict[str, by
         assert _format is not None
         _streams.update((s.name, s) for s in _format.streams())
         stream = _streams[name]
-    # the cyclic GC triples the cost of building many small records
-    gc.disable()
-    try:
-        return render_views(stream.decode(Chunk(start, end, state, {})))
-    finally:
-        gc.enable()
+    return render_chunk(stream, Chunk(start, end, state, {}))
 
 
 class DecodePool:

@@ -37,7 +37,7 @@ import orjson
 
 from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
-from fmtfs.render import render_views
+from fmtfs.render import render_chunk, render_views
 
 log = logging.getLogger("fmtfs")
 
@@ -492,10 +492,11 @@ class Index:
             self._pending.pop(key, None)
 
     def _render(self, entry: StreamEntry, meta: ChunkMeta, chunk_key: tuple, view: str) -> bytes:
-        records = entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {}))
         data = None
         # keep every view of the decoded chunk: buckets are read right after records
-        for other, rendered in render_views(records).items():
+        for other, rendered in render_chunk(
+            entry.stream, Chunk(meta.start, meta.end, meta.state, {})
+        ).items():
             self.rendered.put((*chunk_key, other), rendered)
             if other == view:
                 data = rendered

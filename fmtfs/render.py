@@ -1,4 +1,12 @@
-"""Records -> deterministic JSON Lines bytes (LAYOUT.md §2)."""
+"""Records -> deterministic JSON Lines bytes (LAYOUT.md §2).
+
+A chunk is rendered the way a plain loop would: each record dumped as soon
+as its stream decodes it (`Stream.decode_iter`), the cyclic GC paused, so
+what is kept per chunk is its lines, not a list of dicts (keeping ~2,000
+nested dicts alive until rendering made the Beats decode 1.6x slower than
+the same loop dumping at once: fresh memory for every dict, and a cold
+cache when they are freed).  Streams that decode whole chunks only are
+rendered from `Stream.decode`."""
 
 from __future__ import annotations
 
@@ -6,7 +14,8 @@ from collections.abc import Iterable
 
 import orjson
 
-from fmtfs.formats.base import Record
+from fmtfs.formats.base import Chunk, Record, Routed, Stream
+from fmtfs.gcpause import paused
 
 
 def render_lines(records: Iterable[Record]) -> bytes:
@@ -42,6 +51,37 @@ def render_views(records_by_view: dict[str, list[Record]]) -> dict[str, bytes]:
         if lines:
             lines.append(b"")
         out[view] = b"\n".join(lines)
+    return out
+
+
+def render_chunk(stream: Stream, chunk: Chunk) -> dict[str, bytes]:
+    """Decode and render one chunk of `stream`: its bytes for every view it feeds."""
+    with paused():
+        routed = stream.decode_iter(chunk)
+        if routed is None:
+            return render_views(stream.decode(chunk))
+        return render_routed(routed)
+
+
+def render_routed(routed: Iterable[Routed]) -> dict[str, bytes]:
+    """Records as they are decoded, each with its views -> every view's
+    bytes.  A record in several views is dumped once; views come in the
+    order their first record did."""
+    dumps = orjson.dumps
+    lines: dict[str, list[bytes]] = {}
+    # a view tuple -> the line lists of its views (streams reuse the tuples)
+    targets_of: dict[tuple[str, ...], list[list[bytes]]] = {}
+    for record, views in routed:
+        line = dumps(record)
+        targets = targets_of.get(views)
+        if targets is None:
+            targets = targets_of[views] = [lines.setdefault(view, []) for view in views]
+        for target in targets:
+            target.append(line)
+    out = {}
+    for view, view_lines in lines.items():
+        view_lines.append(b"")
+        out[view] = b"\n".join(view_lines)
     return out
 
 

@@ -41,6 +41,8 @@ from fmtfs.formats import options as declared
 from fmtfs.formats.schema import ViewSchema
 
 Record = dict[str, Any]
+# A decoded record and the view paths it is in (Stream.decode_iter).
+Routed = tuple[Record, tuple[str, ...]]
 # Opaque, JSON-serialisable decoder state (e.g. the next sequence number, a
 # CTR block counter, proio metadata carried across buckets).
 State = dict[str, Any]
@@ -121,6 +123,14 @@ class Stream(ABC):
     @abstractmethod
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         """Decode one chunk previously produced by scan() (records empty)."""
+
+    def decode_iter(self, chunk: Chunk) -> Iterator[Routed] | None:
+        """decode() record by record for a renderer: each record as soon as it
+        is decoded, with the views it is in (a view's records in its order),
+        so that no chunk's worth of records is kept.  None (the default): this
+        stream decodes whole chunks only, through decode().  Worth it where
+        records are big nested values (Beats' CBOR events)."""
+        return None
 
     def view_paths(self) -> list[str]:
         """View paths this stream always has, even while empty (so an empty

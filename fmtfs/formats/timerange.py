@@ -70,15 +70,37 @@ def bucket_views(
     """`records` grouped into `<folder>/<bucket>.jsonl` by the bucket of their
     `key` time, keeping their order; records without a well-formed time are
     in no bucket."""
-    cut = BUCKET_PREFIX[time_bucket]
-    width = TEXT_WIDTH[unit]
+    route = BucketRoute("", key, unit, time_bucket, folder)
     out: dict[str, list[Record]] = {}
     for record in records:
-        text = record.get(key)
-        if type(text) is str and len(text) == width:
-            name = f"{folder}/{text[:cut]}.jsonl"
-            bucket = out.get(name)
+        views = route(record)
+        if len(views) > 1:
+            bucket = out.get(views[1])
             if bucket is None:
-                bucket = out[name] = []
+                bucket = out[views[1]] = []
             bucket.append(record)
     return out
+
+
+class BucketRoute:
+    """A record -> the views it is in: `view`, then the
+    `<folder>/<bucket>.jsonl` of its `key` time when it has a well-formed
+    one.  The same tuple is returned for every record of a bucket (a chunk
+    has few), so a renderer routing records by it hashes no new strings."""
+
+    def __init__(self, view: str, key: str, unit: str, time_bucket: str, folder: str) -> None:
+        self.view, self.key, self.folder = view, key, folder
+        self.cut = BUCKET_PREFIX[time_bucket]
+        self.width = TEXT_WIDTH[unit]
+        self.alone = (view,)
+        self.routes: dict[str, tuple[str, str]] = {}
+
+    def __call__(self, record: Record) -> tuple[str, ...]:
+        text = record.get(self.key)
+        if type(text) is not str or len(text) != self.width:
+            return self.alone
+        prefix = text[: self.cut]
+        route = self.routes.get(prefix)
+        if route is None:
+            route = self.routes[prefix] = (self.view, f"{self.folder}/{prefix}.jsonl")
+        return route

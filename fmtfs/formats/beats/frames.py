@@ -3,14 +3,14 @@ frameSize = payload + 12, CRC over the size field and the payload."""
 
 from __future__ import annotations
 
-import gc
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from fmtfs.formats.beats.payload import PayloadError, opaque
+from fmtfs.gcpause import paused
 
 FRAME_OVERHEAD = 12
 _u32 = struct.Struct("<I")
@@ -57,32 +57,37 @@ def walk(
     """Check and decode frames of `buf[i:stop]`, stopping at a limit, at the
     end of the data or at the first damaged frame."""
     out = Walk()
-    byte_limit = i + max_bytes
-    status = END
     # Thousands of fresh dicts per call would trigger the cyclic GC over and
     # over (a third of the scan time); none of them can form a cycle.
-    gc_was_on = gc.isenabled()
-    gc.disable()
-    try:
-        i, status = _loop(buf, i, stop, decode, out, max_records, byte_limit, positions)
-    finally:
-        if gc_was_on:
-            gc.enable()
-    out.end = i
-    out.status = status
+    with paused():
+        out.records = list(frames(buf, i, stop, decode, out, max_records, max_bytes, positions))
     return out
 
 
-def _loop(buf, i, stop, decode, out, max_records, byte_limit, positions) -> tuple[int, str]:
-    records = out.records
-    append = records.append
+def frames(
+    buf: memoryview,
+    i: int,
+    stop: int,
+    decode: Callable[[memoryview], Any],
+    out: Walk,
+    max_records: int = 1 << 62,
+    max_bytes: int = 1 << 62,
+    positions: bool = False,
+) -> Iterator[Any]:
+    """The decoded payload of every good frame of `buf[i:stop]`, yielded as
+    soon as it is decoded (a renderer dumps it at once: no chunk's worth of
+    records is kept).  Once exhausted, `out` says where and why it stopped
+    (end, status, error, payload errors, positions if asked); its records
+    stay empty.  The caller pauses the GC (fmtfs.gcpause)."""
+    byte_limit = i + max_bytes
     where = out.positions.append if positions else None
     unpack_u32 = _u32.unpack_from
     unpack_footer = _footer.unpack_from
     crc32 = zlib.crc32
     status = END
+    n = 0
     while i < stop:
-        if len(records) >= max_records or i >= byte_limit:
+        if n >= max_records or i >= byte_limit:
             status = MORE
             break
         if stop - i < 4:
@@ -109,14 +114,17 @@ def _loop(buf, i, stop, decode, out, max_records, byte_limit, positions) -> tupl
             break
         payload = buf[i + 4 : nxt - 8]
         try:
-            append(decode(payload))
+            record = decode(payload)
         except PayloadError as exc:
-            append(opaque(payload))
+            record = opaque(payload)
             out.payload_errors.append((i, str(exc)))
         if where is not None:
             where(i)
+        n += 1
         i = nxt
-    return i, status
+        yield record
+    out.end = i
+    out.status = status
 
 
 def first_frame_ok(buf: bytes, complete: bool) -> bool | None:

@@ -29,6 +29,7 @@ from fmtfs.formats.beats import lz4stream
 from fmtfs.formats.beats.keys import ctr_xor
 from fmtfs.formats.beats.layout import HeaderError, SegmentHeader, document_layout, parse_header, shipped_v2
 from fmtfs.formats.beats.payload import check_json, decoder, sanitize
+from fmtfs.gcpause import paused
 
 CHUNK_RECORDS = 2000
 CHUNK_BYTES = 1 << 20
@@ -368,19 +369,15 @@ class Segment:
         """The records of the chunk starting at `state` and ending at native
         offset `end` (LZ4 chunks carry their exact end in state["stop"]).
         The scan already proved them renderable, or marked the state."""
-        out: list[Any] = []
+        with paused():
+            return list(self.iter_chunk(state, end))
+
+    def iter_chunk(self, state: dict[str, Any], end: int) -> Iterator[Any]:
+        """decode_chunk() one record at a time, each yielded as soon as it is
+        decoded (plain and CTR segments; LZ4 chunks are inflated whole
+        first).  The caller pauses the GC."""
         if self.header.lz4_stream:
-            # Exact even if the file grew since the scan: stop by position.
-            stop = self.header.logical_base + state["stop"]
-            for run in self._lz4_runs(state, True, check=False):
-                if isinstance(run, Run):
-                    for position, record in zip(run.positions, run.records, strict=True):
-                        if position >= stop:
-                            break
-                        out.append(record)
-                    else:
-                        continue
-                    break
+            records: Iterator[Any] = iter(self._lz4_chunk(state))
         else:
             p, stop = state.get("pos", 0), end - self.header.data_offset
             if self.header.iv is None:
@@ -388,7 +385,19 @@ class Segment:
                 buf, base = self.data[d : d + stop], 0
             else:
                 buf, base = self.read(p, stop - p), p
-            out = fr.walk(buf, p - base, stop - base, self.decode_payload).records
+            records = fr.frames(buf, p - base, stop - base, self.decode_payload, fr.Walk())
         if state.get("sanitize"):
-            return [sanitize(r) for r in out]
+            return map(sanitize, records)
+        return records
+
+    def _lz4_chunk(self, state: dict[str, Any]) -> list[Any]:
+        # Exact even if the file grew since the scan: stop by position.
+        out: list[Any] = []
+        stop = self.header.logical_base + state["stop"]
+        for run in self._lz4_runs(state, True, check=False):
+            if isinstance(run, Run):
+                for position, record in zip(run.positions, run.records, strict=True):
+                    if position >= stop:
+                        return out
+                    out.append(record)
         return out

@@ -6,10 +6,10 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from fmtfs.formats.base import Chunk, Problem, Record, Stream
+from fmtfs.formats.base import Chunk, Problem, Record, Routed, Stream
 from fmtfs.formats.beats.layout import HeaderError
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
-from fmtfs.formats.timerange import bucket_views, text_range
+from fmtfs.formats.timerange import BucketRoute, bucket_views, text_range
 
 BUCKETS = "buckets"
 TIME_KEY = "timestamp"
@@ -34,6 +34,7 @@ class SegmentStream(Stream):
         self.time_bucket = time_bucket
         self._key = key
         self._cached: tuple[tuple[int, int, int], Segment] | None = None
+        self._route = BucketRoute(self.view, TIME_KEY, "ns", time_bucket, BUCKETS)
 
     def open(self) -> Segment:
         """The segment as it is now (reused while the file is unchanged)."""
@@ -78,6 +79,15 @@ class SegmentStream(Stream):
         seg = self.open()
         try:
             return self._views(seg.decode_chunk(chunk.state, chunk.end))
+        finally:
+            seg.drop_pages()
+
+    def decode_iter(self, chunk: Chunk) -> Iterator[Routed]:
+        seg = self.open()
+        route = self._route
+        try:
+            for record in seg.iter_chunk(chunk.state, chunk.end):
+                yield record, route(record)
         finally:
             seg.drop_pages()
 
