@@ -286,11 +286,12 @@ def open_tree(
 def open_tree_showing_progress(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
     """open_tree with a progress bar while it indexes, when stderr is a terminal."""
     fmt = open_format(args)
+    workers = os.cpu_count() or 1  # streams are scanned on every core
     if not on_terminal():
-        return SourceTree(fmt, cache_dir(args), readonly=readonly)
+        return SourceTree(fmt, cache_dir(args), readonly=readonly, workers=workers)
     bar = IndexProgress(native_size(s.path for s in fmt.streams()))
     try:
-        return SourceTree(fmt, cache_dir(args), readonly=readonly, progress=bar)
+        return SourceTree(fmt, cache_dir(args), readonly=readonly, progress=bar, workers=workers)
     finally:
         bar.close()
 

@@ -1,43 +1,65 @@
 """Decode chunks on every core: a pool of worker PROCESSES (threads would
-share one GIL) that decode and render chunks for the mount.
+share one GIL) that decode and render chunks for the mount, and scan
+streams for a first index.
 
 Each worker opens the format itself from (source, format name, options), as
 Spark's executors do, and is sent only (stream name, chunk start, end,
-state); it returns the rendered bytes of every view the chunk feeds.  The
-pool is started on first use, in the mount process only (`fmtfs cat` and
-tests decode in process), with the "spawn" start method because the mount
-process already runs threads."""
+state); it returns the rendered bytes of every view the chunk feeds.  A scan
+(fmtfs.scanning) is sent (stream name, start, state) and returns the
+stream's chunk table; its progress travels back chunk by chunk on a queue
+the workers inherit.  The pool is used by `fmtfs mount` and `fmtfs index`
+only (`fmtfs cat`, Spark and tests decode in process), with the "spawn"
+start method because the mount process already runs threads: spawned
+children re-import the main module, which a library user's unguarded
+script would not survive."""
 
 from __future__ import annotations
 
 import multiprocessing
 import os
-from concurrent.futures import Future, ProcessPoolExecutor
+import queue
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import Chunk, Format, State, Stream
 from fmtfs.render import render_chunk
+from fmtfs.scanning import Progress, Scanned, scan_stream
 
-# this worker process's format and its streams by name
+# this worker process's format, its streams by name, and where scans report progress
 _format: Format | None = None
 _streams: dict[str, Stream] = {}
+_progress: Any = None
 
 
-def _open(source: Path, format_name: str, options: dict[str, Any]) -> None:
-    global _format
+def _open(source: Path, format_name: str, options: dict[str, Any], progress: Any) -> None:
+    global _format, _progress
     from fmtfs.formats import open_source
 
     _format = open_source(source, format_name, options)
+    _progress = progress
 
 
-def _render_chunk(name: str, start: int, end: int, state: State) -> dict[str, bytes]:
+def _stream(name: str) -> Stream:
     stream = _streams.get(name)
     if stream is None:  # a stream new since the last listing: list again
         assert _format is not None
         _streams.update((s.name, s) for s in _format.streams())
         stream = _streams[name]
-    return render_chunk(stream, Chunk(start, end, state, {}))
+    return stream
+
+
+def _render_chunk(name: str, start: int, end: int, state: State) -> dict[str, bytes]:
+    return render_chunk(_stream(name), Chunk(start, end, state, {}))
+
+
+def _scan(name: str, start: int | None, state: State | None) -> Scanned:
+    return scan_stream(_stream(name), start, state, lambda size, count: _progress.put((size, count)))
+
+
+def _ready() -> None:
+    """A no-op: submitted once per worker so they start before they are needed."""
 
 
 class DecodePool:
@@ -47,16 +69,62 @@ class DecodePool:
         self.workers = workers or os.cpu_count() or 1
         self._args = (fmt.source, fmt.name, fmt.options)
         self._pool: ProcessPoolExecutor | None = None
+        self._context = multiprocessing.get_context("spawn")
+        self._progress = self._context.SimpleQueue()
 
-    def submit(self, stream: str, start: int, end: int, state: State) -> Future[dict[str, bytes]]:
+    def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=multiprocessing.get_context("spawn"),
+                mp_context=self._context,
                 initializer=_open,
-                initargs=self._args,
+                initargs=(*self._args, self._progress),
             )
-        return self._pool.submit(_render_chunk, stream, start, end, state)
+        return self._pool
+
+    def _submit(self, fn, *args) -> Future:
+        try:
+            return self._executor().submit(fn, *args)
+        except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh
+            self.close()
+            return self._executor().submit(fn, *args)
+
+    def start(self) -> None:
+        """Start every worker now (each takes a second to import fmtfs), so
+        the first reads do not wait for them."""
+        for _ in range(self.workers):
+            self._submit(_ready)
+
+    def submit(self, stream: str, start: int, end: int, state: State) -> Future[dict[str, bytes]]:
+        return self._submit(_render_chunk, stream, start, end, state)
+
+    def scan_all(
+        self, jobs: dict[Any, tuple[str, int | None, State | None]], progress: Progress | None
+    ) -> dict[Any, Scanned | BaseException]:
+        """Scan streams at once: key -> (stream name, start, state) in, key ->
+        what the scan found (or why it failed) out.  `progress` is told of
+        every chunk, in this thread, as the workers report them."""
+        futures = {self._submit(_scan, *job): key for key, job in jobs.items()}
+        out: dict[Any, Scanned | BaseException] = {}
+        waiting = set(futures)
+        while waiting:
+            done, waiting = wait(waiting, timeout=0.1, return_when=FIRST_COMPLETED)
+            # a worker reports a chunk before it returns its scan, so what
+            # is queued now covers every scan found done
+            self._report(progress)
+            for future in done:
+                error = future.exception()
+                out[futures[future]] = future.result() if error is None else error
+        return out
+
+    def _report(self, progress: Progress | None) -> None:
+        while not self._progress.empty():
+            try:
+                size, count = self._progress.get()
+            except (EOFError, OSError, queue.Empty):
+                return
+            if progress is not None:
+                progress(size, count)
 
     def close(self) -> None:
         if self._pool is not None:

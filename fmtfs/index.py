@@ -28,7 +28,6 @@ import logging
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -37,7 +36,8 @@ import orjson
 
 from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
-from fmtfs.render import render_chunk, render_views
+from fmtfs.render import render_chunk
+from fmtfs.scanning import Progress, Scanned, scan_stream
 
 log = logging.getLogger("fmtfs")
 
@@ -88,8 +88,10 @@ CREATE TABLE IF NOT EXISTS derived (
 # Bump when the tables change shape: an older cache is dropped and rebuilt.
 SCHEMA_VERSION = 2
 
-# Told of every chunk a scan produces: (native bytes, records).
-Progress = Callable[[int, int], None]
+# Scans of at least two streams holding this many bytes in all run in the
+# decode workers when update_all() is given a pool: below it, starting the
+# workers costs more than they save.
+PARALLEL_SCAN_BYTES = 8 << 20
 
 # Derived views larger than this are recomputed on a new mount, not stored.
 DERIVED_STORE_LIMIT = 16 << 20
@@ -102,6 +104,17 @@ class ChunkMeta:
     state: State
     count: int  # records in the stream's primary (first) view
     times: tuple[int, int] | None = None  # Chunk.times: earliest, latest record time (ns)
+
+
+@dataclass
+class _ScanJob:
+    """A scan update() must run: the entry it fills (rows already cut to
+    `start`), where the scan starts, and the file identity it is for."""
+
+    entry: StreamEntry
+    start: int | None
+    state: State | None
+    identity: FileIdentity
 
 
 @dataclass
@@ -232,43 +245,108 @@ class Index:
     def update(self, stream: Stream, progress: Progress | None = None) -> tuple[StreamEntry, bool]:
         """The index of `stream`, brought up to date with its file.
         Returns (entry, changed).  `progress` is told of every chunk scanned."""
-        identity = FileIdentity.of(stream.path)
         with self.lock:
-            entry = self.entries.get(stream.name)
-            if entry is None:
-                entry = self._load(stream, identity)
-                if entry is not None and entry.identity == identity:
-                    self._add_fixed_views(entry)
-                    self.entries[stream.name] = entry
-                    return entry, True
-            elif entry.identity == identity:
-                if entry.stream is not stream:
-                    entry = self.entries[stream.name] = replace(entry, stream=stream)
-                return entry, False
-            grown = (
-                entry is not None
-                and entry.identity.inode == identity.inode
-                and entry.identity.size <= identity.size
-            )
+            job = self._plan(stream)
+            if isinstance(job, tuple):
+                return job
             try:
-                if grown:
-                    entry = self._resume(replace(entry, stream=stream), identity, progress)
-                else:
-                    entry = self._rescan(stream, identity, progress)
+                return self._finish(job, scan_stream(stream, job.start, job.state, progress)), True
             except BaseException:
-                # a half-scanned entry must not be trusted later: start over next time
-                self.db.rollback()
-                self.entries.pop(stream.name, None)
-                row = self.db.execute(
-                    "SELECT id FROM streams WHERE source=? AND name=?", (self.source_key, stream.name)
-                ).fetchone()
-                if row is not None:
-                    self._delete_rows(row[0])
-                    self.db.commit()
+                self._abandon(stream.name)
                 raise
-            self.entries[stream.name] = entry
-            self.rendered.drop_stream(stream.name)
-            return entry, True
+
+    def update_all(
+        self,
+        streams: list[Stream],
+        progress: Progress | None = None,
+        pool: DecodePool | None = None,
+        parallel_bytes: int = PARALLEL_SCAN_BYTES,
+    ) -> list[tuple[StreamEntry, bool] | Exception]:
+        """update() of every stream, in order; a stream that fails gives its
+        exception in its place (the others are indexed).  With `pool`, and
+        at least two streams to scan holding `parallel_bytes` in all, the
+        scans run in its worker processes at once (their progress reaches
+        `progress` chunk by chunk); the SQLite writes stay here.  A scan a
+        worker could not finish is done again in this process."""
+        with self.lock:
+            jobs: dict[int, _ScanJob] = {}
+            results: list[tuple[StreamEntry, bool] | Exception | None] = []
+            for i, stream in enumerate(streams):
+                try:
+                    job = self._plan(stream)
+                except Exception as exc:  # noqa: BLE001 - reported in the stream's place
+                    results.append(exc)
+                    continue
+                results.append(job if isinstance(job, tuple) else None)
+                if not isinstance(job, tuple):
+                    jobs[i] = job
+            self.db.commit()  # a failing scan's rollback must not undo the others' plans
+            to_scan = sum(job.identity.size - (job.start or 0) for job in jobs.values())
+            scanned: dict[int, Scanned | BaseException] = {}
+            if pool is not None and len(jobs) >= 2 and to_scan >= parallel_bytes:
+                scanned = pool.scan_all(
+                    {i: (job.entry.stream.name, job.start, job.state) for i, job in jobs.items()}, progress
+                )
+            for i, job in jobs.items():
+                found = scanned.get(i)
+                try:
+                    if not isinstance(found, Scanned):
+                        if found is not None:
+                            log.warning(
+                                "a worker could not scan %s (%s); scanning here", job.entry.stream.path, found
+                            )
+                        found = scan_stream(job.entry.stream, job.start, job.state, progress)
+                    results[i] = (self._finish(job, found), True)
+                except Exception as exc:  # noqa: BLE001 - reported in the stream's place
+                    self._abandon(job.entry.stream.name)
+                    results[i] = exc
+            return results  # type: ignore[return-value]
+
+    def _plan(self, stream: Stream) -> tuple[StreamEntry, bool] | _ScanJob:
+        """(entry, changed) when `stream` needs no scan, else the scan to run
+        (its rows already cut to where the scan starts).  Under the lock."""
+        identity = FileIdentity.of(stream.path)
+        entry = self.entries.get(stream.name)
+        if entry is None:
+            entry = self._load(stream, identity)
+            if entry is not None and entry.identity == identity:
+                self._add_fixed_views(entry)
+                self.entries[stream.name] = entry
+                return entry, True
+        elif entry.identity == identity:
+            if entry.stream is not stream:
+                entry = self.entries[stream.name] = replace(entry, stream=stream)
+            return entry, False
+        grown = (
+            entry is not None
+            and entry.identity.inode == identity.inode
+            and entry.identity.size <= identity.size
+        )
+        try:
+            if grown:
+                return self._resume(replace(entry, stream=stream), identity)
+            return self._rescan(stream, identity)
+        except BaseException:
+            self._abandon(stream.name)
+            raise
+
+    def _finish(self, job: _ScanJob, scanned: Scanned) -> StreamEntry:
+        """Store what a scan found and publish the new entry."""
+        self._store(job.entry, scanned, job.identity)
+        self.entries[job.entry.stream.name] = job.entry
+        self.rendered.drop_stream(job.entry.stream.name)
+        return job.entry
+
+    def _abandon(self, name: str) -> None:
+        """A half-scanned entry must not be trusted later: start over next time."""
+        self.db.rollback()
+        self.entries.pop(name, None)
+        row = self.db.execute(
+            "SELECT id FROM streams WHERE source=? AND name=?", (self.source_key, name)
+        ).fetchone()
+        if row is not None:
+            self._delete_rows(row[0])
+            self.db.commit()
 
     def forget_missing(self, names: set[str]) -> list[str]:
         """Drop streams whose files disappeared; returns their names."""
@@ -309,7 +387,7 @@ class Index:
     def _version(self, stream: Stream) -> str:
         return f"{self.version}/{type(stream).__qualname__}/{stream.renderer_version}"
 
-    def _rescan(self, stream: Stream, identity: FileIdentity, progress: Progress | None) -> StreamEntry:
+    def _rescan(self, stream: Stream, identity: FileIdentity) -> _ScanJob:
         cur = self.db.execute(
             "SELECT id FROM streams WHERE source=? AND name=?", (self.source_key, stream.name)
         ).fetchone()
@@ -319,13 +397,11 @@ class Index:
             "INSERT INTO streams (source, name, version, inode, size, mtime_ns) VALUES (?,?,?,?,?,?)",
             (self.source_key, stream.name, self._version(stream), identity.inode, 0, 0),
         ).lastrowid
-        entry = StreamEntry(stream, row_id, identity)
-        self._scan_into(entry, None, None, identity, progress)
-        return entry
+        return _ScanJob(StreamEntry(stream, row_id, identity), None, None, identity)
 
-    def _resume(self, old: StreamEntry, identity: FileIdentity, progress: Progress | None) -> StreamEntry:
-        """A new entry, re-scanned from the start of the last chunk, so a
-        slowly growing file keeps full-sized chunks and a torn tail that
+    def _resume(self, old: StreamEntry, identity: FileIdentity) -> _ScanJob:
+        """A new entry, to be re-scanned from the start of the last chunk, so
+        a slowly growing file keeps full-sized chunks and a torn tail that
         completed is re-read.  `old` is left as it was: readers may hold it."""
         start: int | None = None
         state: State | None = None
@@ -341,38 +417,26 @@ class Index:
         keep_before = start if start is not None else 0
         entry.problems = [p for p in entry.problems if p.offset < keep_before]
         self.db.execute("DELETE FROM problems WHERE stream=? AND offset>=?", (entry.row_id, keep_before))
-        self._scan_into(entry, start, state, identity, progress)
-        return entry
+        return _ScanJob(entry, start, state, identity)
 
-    def _scan_into(
-        self,
-        entry: StreamEntry,
-        start: int | None,
-        state: State | None,
-        identity: FileIdentity,
-        progress: Progress | None,
-    ) -> None:
+    def _store(self, entry: StreamEntry, scanned: Scanned, identity: FileIdentity) -> None:
         chunk_rows = []
         piece_rows = []
         problem_rows = []
-        for item in entry.stream.scan(start, state):
-            if isinstance(item, Problem):
-                entry.problems.append(item)
-                problem_rows.append((entry.row_id, item.offset, item.file, item.error))
-                continue
+        for problem in scanned.problems:
+            entry.problems.append(problem)
+            problem_rows.append((entry.row_id, problem.offset, problem.file, problem.error))
+        for item in scanned.chunks:
             seq = len(entry.chunks)
-            count = len(next(iter(item.records.values()))) if item.records else 0
-            entry.chunks.append(ChunkMeta(item.start, item.end, item.state, count, item.times))
+            entry.chunks.append(ChunkMeta(item.start, item.end, item.state, item.count, item.times))
             tmin, tmax = item.times or (None, None)
             chunk_rows.append(
-                (entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), count, tmin, tmax)
+                (entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), item.count, tmin, tmax)
             )
-            if progress is not None:
-                progress(item.end - item.start, count)
-            for view, data in render_views(item.records).items():
-                entry.views.setdefault(view, ViewPieces()).add(seq, len(data))
-                if data:
-                    piece_rows.append((entry.row_id, view, seq, len(data)))
+            for view, length in item.lengths.items():
+                entry.views.setdefault(view, ViewPieces()).add(seq, length)
+                if length:
+                    piece_rows.append((entry.row_id, view, seq, length))
         self._add_fixed_views(entry)
         entry.identity = identity
         with self.db:

@@ -301,9 +301,17 @@ class SourceTree:
     """The whole tree of one mounted source."""
 
     def __init__(
-        self, fmt: Format, cache_dir: Path, readonly: bool = False, progress: Progress | None = None
+        self,
+        fmt: Format,
+        cache_dir: Path,
+        readonly: bool = False,
+        progress: Progress | None = None,
+        workers: int = 0,
     ) -> None:
         self.format = fmt
+        # decode worker processes (fmtfs.decoders) that scan many streams at
+        # once while indexing; `fmtfs mount` and `fmtfs index` ask for them
+        self.pool = DecodePool(fmt, workers) if workers else None
         self.progress = progress  # told of every chunk indexed (fmtfs index's progress bar)
         self.readonly = readonly
         self.source_key = f"{fmt.name}:{fmt.source.resolve()}"
@@ -329,12 +337,16 @@ class SourceTree:
         self.refresh(force=True)
 
     def decode_in_workers(self) -> None:
-        """Decode chunks in worker processes from now on (the mount does)."""
-        self.index.pool = DecodePool(self.format)
+        """Decode chunks in worker processes from now on (the mount does),
+        started now so that the first reads do not wait for them."""
+        if self.pool is None:
+            self.pool = DecodePool(self.format)
+        self.pool.start()
+        self.index.pool = self.pool
 
     def close(self) -> None:
-        if self.index.pool is not None:
-            self.index.pool.close()
+        if self.pool is not None:
+            self.pool.close()
 
     # -- change detection -------------------------------------------------
 
@@ -395,13 +407,14 @@ class SourceTree:
         entries: list[StreamEntry] = []
         shares: dict[str, list[IndexedFile]] = {}
         self.index_failures: list[Problem] = []
-        for stream in streams:
-            try:
-                entry, _ = self.index.update(stream, self.progress)
-            except Exception as exc:  # a decoder bug must not take the whole mount down
-                log.exception("indexing %s failed", stream.path)
-                self.index_failures.append(Problem(stream.path.name, 0, f"cannot decode this file: {exc}"))
+        for stream, found in zip(
+            streams, self.index.update_all(streams, self.progress, self.pool), strict=True
+        ):
+            if isinstance(found, Exception):  # a decoder bug must not take the whole mount down
+                log.error("indexing %s failed", stream.path, exc_info=found)
+                self.index_failures.append(Problem(stream.path.name, 0, f"cannot decode this file: {found}"))
                 continue
+            entry, _ = found
             entries.append(entry)
             for view in entry.views:
                 shares.setdefault(view, []).append(IndexedFile(self.index, entry, view))

@@ -12,6 +12,7 @@ import pytest
 from fmtfs.formats.base import Chunk, FormatError, Problem
 from fmtfs.formats.beats import BeatsFormat
 from fmtfs.formats.beats.layout import QueueState, encode_state
+from fmtfs.render import render_chunk, render_views
 from fmtfs.shape import format_time
 from tests import resume
 from tests.test_beats_build import EXAMPLE_HEX, KEY, TS, event, proto_event, segment
@@ -64,6 +65,8 @@ def read(src: Path, key: bytes | None = KEY) -> tuple[dict[str, list[dict]], lis
             last_end = item.end
             again = stream.decode(Chunk(item.start, item.end, item.state))  # as the index asks
             assert again == item.records
+            # rendered as decoded (the read path) = the scan's records rendered
+            assert render_chunk(stream, Chunk(item.start, item.end, item.state)) == render_views(item.records)
             orjson.dumps(item.records)  # renderable
             views[stream.view].extend(item.records[stream.view])  # buckets: test_buckets.py
     return views, problems

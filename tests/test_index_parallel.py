@@ -1,0 +1,141 @@
+"""The chunk index scanned in decode worker processes (Index.update_all with
+a DecodePool, as `fmtfs mount` and `fmtfs index` do) is the one a serial
+scan builds: same chunks, views, problems, the same progress, the same rows
+in SQLite; a scan a worker cannot do is done in process."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from fmtfs.decoders import DecodePool
+from fmtfs.formats import open_source
+from fmtfs.formats.base import Format, Stream
+from fmtfs.formats.beats.stream import SegmentStream
+from fmtfs.formats.wallaby import WallabyWriter
+from fmtfs.index import Index, StreamEntry
+from fmtfs.samples import beats, wallaby
+from fmtfs.views import SourceTree
+
+
+def table(entry: StreamEntry) -> tuple:
+    """Everything the index knows of a stream."""
+    chunks = [(c.start, c.end, c.state, c.count, c.times) for c in entry.chunks]
+    views = {view: (p.seqs, p.ends) for view, p in sorted(entry.views.items())}
+    return entry.stream.name, chunks, views, entry.problems, entry.identity
+
+
+class Counted:
+    """A Progress hook adding up what it is told."""
+
+    def __init__(self) -> None:
+        self.native = self.records = self.calls = 0
+
+    def __call__(self, native: int, records: int) -> None:
+        self.native += native
+        self.records += records
+        self.calls += 1
+
+
+def index(cache: Path, streams: list[Stream], pool: DecodePool | None = None) -> tuple[list[tuple], Counted]:
+    progress = Counted()
+    found = Index(cache, "test", "v1").update_all(streams, progress, pool, parallel_bytes=0)
+    assert not [f for f in found if isinstance(f, Exception)]
+    return [table(entry) for entry, _ in found], progress
+
+
+@pytest.fixture(scope="module")
+def pool_source(tmp_path_factory: pytest.TempPathFactory) -> tuple[Format, DecodePool]:
+    """Four Beats segments of several chunks each, the last one torn."""
+    source = beats.generate(tmp_path_factory.mktemp("queue"), 12_000, segments=4)
+    last = source / "3.seg"
+    last.write_bytes(last.read_bytes()[:-50])  # a torn frame: a problem in the table
+    fmt = open_source(source, "beats", {})
+    pool = DecodePool(fmt, 2)
+    yield fmt, pool
+    pool.close()
+
+
+def test_the_workers_build_the_chunk_table_a_serial_scan_builds(
+    pool_source: tuple[Format, DecodePool], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fmt, pool = pool_source
+    serial, told_serial = index(tmp_path / "serial", fmt.streams())
+    with caplog.at_level(logging.WARNING, logger="fmtfs"):
+        parallel, told_parallel = index(tmp_path / "parallel", fmt.streams(), pool)
+    assert "could not scan" not in caplog.text  # the workers did scan
+    assert parallel == serial
+    assert sum(len(t[1]) for t in serial) > 4  # several chunks per segment
+    assert [p.file for t in serial for p in t[3]] == ["3.seg"]
+    # progress: every chunk, reported from the workers as from a serial scan
+    chunks = [c for t in serial for c in t[1]]
+    assert told_parallel.calls == told_serial.calls == len(chunks)
+    assert told_parallel.native == told_serial.native == sum(end - start for start, end, *_ in chunks)
+    assert told_parallel.records == told_serial.records == 12_000 - 1
+    # the rows the workers' scans were stored as load back the same, scanning nothing
+    again, told_again = index(tmp_path / "parallel", fmt.streams())
+    assert again == serial and told_again.calls == 0
+
+
+def test_grown_streams_are_resumed_in_the_workers(tmp_path: Path) -> None:
+    source = tmp_path / "logs"
+    source.mkdir()
+    for name in ("a.log", "b.log"):
+        wallaby.generate(source, 5_000, name=name)
+    fmt = open_source(source, "wallaby", {"time_bucket": "hour"})
+    pool = DecodePool(fmt, 2)
+    try:
+        cache = tmp_path / "cache"
+        idx = Index(cache, "test", "v1")
+        before = [entry for entry, _ in idx.update_all(fmt.streams(), None, pool, parallel_bytes=0)]
+        for name in ("a.log", "b.log"):
+            WallabyWriter(source / name).write([{"time": 1, "data": f"grown {i}"} for i in range(3_000)])
+        progress = Counted()
+        grown = idx.update_all(fmt.streams(), progress, pool, parallel_bytes=0)
+    finally:
+        pool.close()
+    fresh, _ = index(tmp_path / "fresh", fmt.streams())
+    assert [table(entry) for entry, changed in grown] == fresh
+    assert all(changed for _, changed in grown)
+    # only the last chunk of each stream and what follows it was scanned again
+    rescanned = sum(entry.chunks[-1].end - entry.chunks[-1].start for entry in before)
+    grew = sum((source / n).stat().st_size for n in ("a.log", "b.log")) - sum(e.identity.size for e in before)
+    assert progress.native <= rescanned + grew
+    assert progress.records == sum(e.chunks[-1].count for e in before) + 6_000
+
+
+def test_a_stream_a_worker_cannot_scan_is_scanned_in_process(
+    pool_source: tuple[Format, DecodePool], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A worker knows the streams of its own listing of the source: a stream
+    outside it fails there, and the index scans it here instead."""
+    fmt, pool = pool_source
+    stranger = tmp_path / "elsewhere" / "7.seg"
+    stranger.parent.mkdir()
+    stranger.write_bytes((fmt.source / "1.seg").read_bytes())
+    streams = [*fmt.streams()[:2], SegmentStream(7, stranger, None)]
+    serial, _ = index(tmp_path / "serial", streams)
+    with caplog.at_level(logging.WARNING, logger="fmtfs"):
+        parallel, told = index(tmp_path / "parallel", streams, pool)
+    assert "could not scan" in caplog.text and "7.seg" in caplog.text
+    assert parallel == serial
+    assert told.records == sum(c[3] for t in serial for c in t[1])
+
+
+def test_a_tree_with_workers_shows_the_bytes_of_one_without(tmp_path: Path) -> None:
+    source = beats.generate(tmp_path / "queue", 3_000, segments=3)
+    fmt = open_source(source, "beats", {})
+    plain = SourceTree(fmt, tmp_path / "plain")
+    with_workers = SourceTree(open_source(source, "beats", {}), tmp_path / "workers", workers=2)
+    try:
+        with_workers.decode_in_workers()
+        views = [p for p in plain.files if p.endswith(".jsonl")]
+        assert "segments/2.jsonl" in views and "pending.jsonl" in views
+        for view in views:
+            size = plain.size(view)
+            assert with_workers.size(view) == size
+            assert with_workers.read(view, 0, size + 1) == plain.read(view, 0, size + 1)
+    finally:
+        with_workers.close()
