@@ -18,8 +18,13 @@ from __future__ import annotations
 import multiprocessing
 import os
 import queue
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +44,37 @@ def _open(source: Path, format_name: str, options: dict[str, Any], progress: Any
 
     _format = open_source(source, format_name, options)
     _progress = progress
+    parent = os.getppid()
+    threading.Thread(target=_end_with, args=(parent,), daemon=True, name="fmtfs-parent-watch").start()
+
+
+def _end_with(parent: int) -> None:
+    """End this worker once the process that started it is gone: a mount
+    ends with os._exit (no pool shutdown), and a worker waiting for work
+    would otherwise wait for ever (PR_SET_PDEATHSIG follows the starting
+    thread, not the process, so it would end workers with a reader thread)."""
+    while os.getppid() == parent:
+        time.sleep(1)
+    os._exit(0)
+
+
+@contextmanager
+def _quiet_stdio() -> Iterator[None]:
+    """Standard streams on /dev/null while children start: a worker (and the
+    resource tracker multiprocessing starts with the first pool) inherits
+    them, and one holding the pipes a caller reads `fmtfs mount`'s output
+    from would keep that caller waiting until the mount ends."""
+    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    null = os.open(os.devnull, os.O_RDWR)
+    try:
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        yield
+    finally:
+        for fd, copy in zip((0, 1, 2), saved, strict=True):
+            os.dup2(copy, fd)
+            os.close(copy)
+        os.close(null)
 
 
 def _stream(name: str) -> Stream:
@@ -70,16 +106,22 @@ class DecodePool:
         self._args = (fmt.source, fmt.name, fmt.options)
         self._pool: ProcessPoolExecutor | None = None
         self._context = multiprocessing.get_context("spawn")
-        self._progress = self._context.SimpleQueue()
+        self._progress: Any = None  # the queue scans report chunks on
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(
-                self.workers,
-                mp_context=self._context,
-                initializer=_open,
-                initargs=(*self._args, self._progress),
-            )
+            sys.stdout.flush()
+            sys.stderr.flush()
+            with _quiet_stdio():
+                self._progress = self._context.SimpleQueue()  # starts the resource tracker
+                self._pool = ProcessPoolExecutor(
+                    self.workers,
+                    mp_context=self._context,
+                    initializer=_open,
+                    initargs=(*self._args, self._progress),
+                )
+                for _ in range(self.workers):  # every worker starts now, on the quiet streams
+                    self._pool.submit(_ready)
         return self._pool
 
     def _submit(self, fn, *args) -> Future:
@@ -92,8 +134,7 @@ class DecodePool:
     def start(self) -> None:
         """Start every worker now (each takes a second to import fmtfs), so
         the first reads do not wait for them."""
-        for _ in range(self.workers):
-            self._submit(_ready)
+        self._executor()
 
     def submit(self, stream: str, start: int, end: int, state: State) -> Future[dict[str, bytes]]:
         return self._submit(_render_chunk, stream, start, end, state)
@@ -118,7 +159,7 @@ class DecodePool:
         return out
 
     def _report(self, progress: Progress | None) -> None:
-        while not self._progress.empty():
+        while self._progress is not None and not self._progress.empty():
             try:
                 size, count = self._progress.get()
             except (EOFError, OSError, queue.Empty):

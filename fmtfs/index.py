@@ -284,6 +284,7 @@ class Index:
             to_scan = sum(job.identity.size - (job.start or 0) for job in jobs.values())
             scanned: dict[int, Scanned | BaseException] = {}
             if pool is not None and len(jobs) >= 2 and to_scan >= parallel_bytes:
+                log.info("scanning %d streams in %d worker processes", len(jobs), pool.workers)
                 scanned = pool.scan_all(
                     {i: (job.entry.stream.name, job.start, job.state) for i, job in jobs.items()}, progress
                 )

@@ -6,7 +6,13 @@ what is kept per chunk is its lines, not a list of dicts (keeping ~2,000
 nested dicts alive until rendering made the Beats decode 1.6x slower than
 the same loop dumping at once: fresh memory for every dict, and a cold
 cache when they are freed).  Streams that decode whole chunks only are
-rendered from `Stream.decode`."""
+rendered from `Stream.decode`.
+
+Lines are appended to one growing buffer per view as soon as they are
+dumped, never kept as a list of lines: orjson (3.12+) returns each line in
+a buffer of at least 4 KiB that it does not shrink, so a list of 50,000
+short lines held 200 MB (a gvfs metadata view), and joining 2,000 of them
+took 6x longer than appending them to a bytearray one by one."""
 
 from __future__ import annotations
 
@@ -17,41 +23,32 @@ import orjson
 from fmtfs.formats.base import Chunk, Record, Routed, Stream
 from fmtfs.gcpause import paused
 
+_LINE = orjson.OPT_APPEND_NEWLINE
+
 
 def render_lines(records: Iterable[Record]) -> bytes:
-    """One compact JSON object per line, keys in the records' own order.
-
-    orjson renders a batch at hundreds of MB/s; joining once avoids a copy
-    per line."""
-    dumped = list(map(orjson.dumps, records))
-    if not dumped:
-        return b""
-    dumped.append(b"")
-    return b"\n".join(dumped)
+    """One compact JSON object per line, keys in the records' own order."""
+    dumps = orjson.dumps
+    out = bytearray()
+    for record in records:
+        out += dumps(record, option=_LINE)
+    return bytes(out)
 
 
 def render_views(records_by_view: dict[str, list[Record]]) -> dict[str, bytes]:
     """Render every view of a decoded chunk.  A record shared by several
     views (a wallaby record is in records.jsonl and in its bucket) is dumped
-    once."""
+    in each: measured 3x faster than remembering its line for the next."""
+    return {view: render_lines(records) for view, records in records_by_view.items()}
+
+
+def rendered_lengths(records_by_view: dict[str, list[Record]]) -> dict[str, int]:
+    """len() of every view's render_views() bytes, without keeping them.
+    One orjson call per view: `[a,b,c]` is as long as `a\nb\nc\n` plus one
+    (two brackets and n-1 commas for n newlines), and dumping a list at once
+    is much cheaper than dumping its records one by one."""
     dumps = orjson.dumps
-    if len(records_by_view) == 1:  # nothing shared: skip the identity memo
-        ((view, records),) = records_by_view.items()
-        return {view: render_lines(records)}
-    done: dict[int, bytes] = {}
-    out = {}
-    for view, records in records_by_view.items():
-        lines = []
-        for record in records:
-            key = id(record)
-            line = done.get(key)
-            if line is None:
-                line = done[key] = dumps(record)
-            lines.append(line)
-        if lines:
-            lines.append(b"")
-        out[view] = b"\n".join(lines)
-    return out
+    return {view: len(dumps(records)) - 1 if records else 0 for view, records in records_by_view.items()}
 
 
 def render_chunk(stream: Stream, chunk: Chunk) -> dict[str, bytes]:
@@ -68,21 +65,17 @@ def render_routed(routed: Iterable[Routed]) -> dict[str, bytes]:
     bytes.  A record in several views is dumped once; views come in the
     order their first record did."""
     dumps = orjson.dumps
-    lines: dict[str, list[bytes]] = {}
-    # a view tuple -> the line lists of its views (streams reuse the tuples)
-    targets_of: dict[tuple[str, ...], list[list[bytes]]] = {}
+    buffers: dict[str, bytearray] = {}
+    # a view tuple -> the buffers of its views (streams reuse the tuples)
+    targets_of: dict[tuple[str, ...], list[bytearray]] = {}
     for record, views in routed:
-        line = dumps(record)
+        line = dumps(record, option=_LINE)
         targets = targets_of.get(views)
         if targets is None:
-            targets = targets_of[views] = [lines.setdefault(view, []) for view in views]
+            targets = targets_of[views] = [buffers.setdefault(view, bytearray()) for view in views]
         for target in targets:
-            target.append(line)
-    out = {}
-    for view, view_lines in lines.items():
-        view_lines.append(b"")
-        out[view] = b"\n".join(view_lines)
-    return out
+            target += line
+    return {view: bytes(buf) for view, buf in buffers.items()}
 
 
 def render_document(document: object) -> bytes:

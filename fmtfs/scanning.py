@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from fmtfs.formats.base import Problem, State, Stream
 from fmtfs.gcpause import paused
-from fmtfs.render import render_views
+from fmtfs.render import rendered_lengths
 
 # Told of every chunk a scan produces: (native bytes, records).
 Progress = Callable[[int, int], None]
@@ -48,7 +48,7 @@ def scan_stream(stream: Stream, start: int | None, state: State | None, progress
                 out.problems.append(item)
                 continue
             count = len(next(iter(item.records.values()))) if item.records else 0
-            lengths = {view: len(data) for view, data in render_views(item.records).items()}
+            lengths = rendered_lengths(item.records)
             item.records = {}  # freed now, not when the next chunk replaces it
             out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
             if progress is not None:

@@ -6,6 +6,7 @@ in SQLite; a scan a worker cannot do is done in process."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
@@ -15,9 +16,10 @@ from fmtfs.formats import open_source
 from fmtfs.formats.base import Format, Stream
 from fmtfs.formats.beats.stream import SegmentStream
 from fmtfs.formats.wallaby import WallabyWriter
-from fmtfs.index import Index, StreamEntry
+from fmtfs.index import PARALLEL_SCAN_BYTES, Index, StreamEntry
 from fmtfs.samples import beats, wallaby
 from fmtfs.views import SourceTree
+from tests.mounting import fmtfs, mounted
 
 
 def table(entry: StreamEntry) -> tuple:
@@ -139,3 +141,46 @@ def test_a_tree_with_workers_shows_the_bytes_of_one_without(tmp_path: Path) -> N
             assert with_workers.read(view, 0, size + 1) == plain.read(view, 0, size + 1)
     finally:
         with_workers.close()
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return (Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]) != "Z"
+    except OSError:
+        return False
+
+
+def test_a_mount_indexes_in_workers_returns_at_once_and_takes_them_along_when_it_ends(tmp_path: Path) -> None:
+    """`fmtfs mount` scans a big enough source in its decode workers before
+    it detaches: they (and multiprocessing's resource tracker) must not hold
+    the output pipes of the caller, which would wait until the unmount;
+    after the unmount none of them is left behind."""
+    source = beats.generate(tmp_path / "queue", 36_000, segments=3)
+    assert sum(p.stat().st_size for p in source.glob("*.seg")) >= PARALLEL_SCAN_BYTES
+    log_file = tmp_path / "mount.log"
+    with mounted(source, "-v", "--log-file", log_file) as mnt:  # returns: the pipes are free
+        assert "scanning 3 streams in" in log_file.read_text()
+        view = mnt / "segments" / "1.jsonl"
+        expected = fmtfs("cat", source, "segments/1.jsonl", "--cache-dir", tmp_path / "cli").stdout
+        assert view.stat().st_size == len(expected)
+        assert view.read_bytes() == expected
+        server = int(log_file.read_text().split("(pid ")[1].split(")")[0])
+        workers = _children(server)
+        assert len(workers) >= 2
+    deadline = time.monotonic() + 30
+    while any(map(_alive, [server, *workers])) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in [server, *workers] if _alive(pid)]

@@ -70,14 +70,16 @@ def bucket_views(
     """`records` grouped into `<folder>/<bucket>.jsonl` by the bucket of their
     `key` time, keeping their order; records without a well-formed time are
     in no bucket."""
-    route = BucketRoute("", key, unit, time_bucket, folder)
+    cut = BUCKET_PREFIX[time_bucket]
+    width = TEXT_WIDTH[unit]
     out: dict[str, list[Record]] = {}
     for record in records:
-        views = route(record)
-        if len(views) > 1:
-            bucket = out.get(views[1])
+        text = record.get(key)
+        if type(text) is str and len(text) == width:
+            name = f"{folder}/{text[:cut]}.jsonl"
+            bucket = out.get(name)
             if bucket is None:
-                bucket = out[views[1]] = []
+                bucket = out[name] = []
             bucket.append(record)
     return out
 
@@ -85,8 +87,9 @@ def bucket_views(
 class BucketRoute:
     """A record -> the views it is in: `view`, then the
     `<folder>/<bucket>.jsonl` of its `key` time when it has a well-formed
-    one.  The same tuple is returned for every record of a bucket (a chunk
-    has few), so a renderer routing records by it hashes no new strings."""
+    one (bucket_views' rule, for one record at a time).  The same tuple is
+    returned for every record of a bucket (a chunk has few), so a renderer
+    routing records by it hashes no new strings."""
 
     def __init__(self, view: str, key: str, unit: str, time_bucket: str, folder: str) -> None:
         self.view, self.key, self.folder = view, key, folder
