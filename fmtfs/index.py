@@ -154,9 +154,14 @@ class StreamEntry:
 
 
 class RenderedChunks:
-    """LRU of rendered view pieces, bounded in bytes (fsspec's blockcache idea)."""
+    """LRU of rendered view pieces, bounded in bytes (fsspec's blockcache idea).
+    It holds what readers are about to ask for (the chunks decoded ahead,
+    2x workers of ~1-3 MB each, every view of them) and what readahead and
+    Spark's parallel range reads ask for again soon; a view read a second
+    time is served from the kernel's page cache, not from here, so 32 MB is
+    plenty and counts in the mount's RSS."""
 
-    def __init__(self, capacity: int = 64 << 20) -> None:
+    def __init__(self, capacity: int = 32 << 20) -> None:
         self.capacity = capacity
         self.used = 0
         self.items: OrderedDict[tuple, bytes] = OrderedDict()
