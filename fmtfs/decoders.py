@@ -38,14 +38,15 @@ _streams: dict[str, Stream] = {}
 _progress: Any = None
 
 
-def _open(source: Path, format_name: str, options: dict[str, Any], progress: Any) -> None:
+def _open(source: Path, format_name: str, options: dict[str, Any], progress: Any, parent: int) -> None:
     global _format, _progress
+    # the pid the pool's process gave: it may have ended already, while this
+    # worker was still importing (a mount unmounted at once)
+    threading.Thread(target=_end_with, args=(parent,), daemon=True, name="fmtfs-parent-watch").start()
     from fmtfs.formats import open_source
 
     _format = open_source(source, format_name, options)
     _progress = progress
-    parent = os.getppid()
-    threading.Thread(target=_end_with, args=(parent,), daemon=True, name="fmtfs-parent-watch").start()
 
 
 def _end_with(parent: int) -> None:
@@ -64,14 +65,19 @@ def _quiet_stdio() -> Iterator[None]:
     resource tracker multiprocessing starts with the first pool) inherits
     them, and one holding the pipes a caller reads `fmtfs mount`'s output
     from would keep that caller waiting until the mount ends."""
-    saved = [os.dup(fd) for fd in (0, 1, 2)]
+    saved: dict[int, int] = {}
+    for fd in (0, 1, 2):
+        try:
+            saved[fd] = os.dup(fd)
+        except OSError:  # closed: nothing to hide, nothing to restore
+            pass
     null = os.open(os.devnull, os.O_RDWR)
     try:
-        for fd in (0, 1, 2):
+        for fd in saved:
             os.dup2(null, fd)
         yield
     finally:
-        for fd, copy in zip((0, 1, 2), saved, strict=True):
+        for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
         os.close(null)
@@ -118,7 +124,7 @@ class DecodePool:
                     self.workers,
                     mp_context=self._context,
                     initializer=_open,
-                    initargs=(*self._args, self._progress),
+                    initargs=(*self._args, self._progress, os.getpid()),
                 )
                 for _ in range(self.workers):  # every worker starts now, on the quiet streams
                     self._pool.submit(_ready)
