@@ -17,7 +17,7 @@ from typing import Any
 from fmtfs.formats.base import DerivedRender, Format, FormatError, ReadOnlyView, Stream, Writer
 from fmtfs.formats.files import read_prefix
 from fmtfs.formats.options import Option
-from fmtfs.formats.proio import columns, wire
+from fmtfs.formats.proio import wire
 from fmtfs.formats.proio.reader import ProioStream, _Source, summary, walk_heads
 from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descriptor_set
 from fmtfs.formats.proio.writer import ProioWriter
@@ -101,6 +101,10 @@ class ProioFormat(Format):
         """Event lines (`events.jsonl`, `buckets/<n>.jsonl`), and type lines
         typed by the message descriptor (from the stream's headers, then
         the fallbacks)."""
+        # imported here: its Arrow types bring in pyarrow, 50 MB for every
+        # process opening a format (the mount's decode workers never need it)
+        from fmtfs.formats.proio import columns
+
         parts = view_path.split("/")
         if len(parts) < 2 or not parts[-1].endswith(".jsonl"):
             return None
