@@ -1,6 +1,12 @@
 """A source as a tree of virtual files: paths, exact sizes, read(offset, size)
 and writes.  The FUSE adapter and the CLI both go through this module, so
-`fmtfs cat` and `cat` over a mount give the same bytes."""
+`fmtfs cat` and `cat` over a mount give the same bytes.
+
+Record views served from the chunk index (IndexedFile, SlicedFile) also
+show their chunks (`chunks()`: ViewChunk, with time range, record count and
+rendered size, cut at any record) and a chunk's records or bytes: the
+Spark data source plans partitions and decodes on executors through that
+API alone."""
 
 from __future__ import annotations
 
