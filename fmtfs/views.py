@@ -1,6 +1,12 @@
 """A source as a tree of virtual files: paths, exact sizes, read(offset, size)
 and writes.  The FUSE adapter and the CLI both go through this module, so
-`fmtfs cat` and `cat` over a mount give the same bytes."""
+`fmtfs cat` and `cat` over a mount give the same bytes.
+
+Record views served from the chunk index (IndexedFile, SlicedFile) also
+show their chunks (`chunks()`: ViewChunk, with time range, record count and
+rendered size, cut at any record) and a chunk's records or bytes: the
+Spark data source plans partitions and decodes on executors through that
+API alone."""
 
 from __future__ import annotations
 
@@ -11,6 +17,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from contextlib import contextmanager
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +27,14 @@ from fmtfs import __version__, permissions
 from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import (
     BadRecord,
+    Chunk,
     FileIdentity,
     Format,
     Problem,
     ReadOnlyView,
     Record,
+    State,
+    Stream,
     Writer,
 )
 from fmtfs.index import Index, Progress, StreamEntry, digest
@@ -58,9 +68,128 @@ class ViewFile(ABC):
         raise NotImplementedError
 
 
+@dataclass(frozen=True)
+class ViewChunk:
+    """One chunk's share of a record view, as the index knows it without
+    decoding: where the chunk lies in its stream's native file (all a reader
+    on another machine needs to decode it: `records(stream)`), the time
+    range of its records, how many of them belong to the view and their
+    rendered size.  `skip`/`take` cut the chunk's records (a view that
+    starts in the middle of a chunk, a streaming micro-batch)."""
+
+    view: str  # the stream's view these records belong to
+    stream: str  # the stream's name (Format.streams())
+    start: int
+    end: int
+    state: State
+    times: tuple[int, int] | None  # earliest, latest record time of the whole chunk (ns)
+    time_field: tuple[str, str] | None  # the record key `times` are of, and its unit
+    size: int  # rendered bytes of the view's piece of the whole chunk
+    total: int | None  # records of the view in the whole chunk (None: the index does not count them)
+    skip: int = 0  # records left out at the chunk's start
+    take: int | None = None  # then at most this many (None: the rest)
+    seq: int = 0  # the chunk's number in its stream
+
+    @property
+    def count(self) -> int | None:
+        """Records of the view this chunk contributes (None: not counted)."""
+        if self.total is None:
+            return self.take
+        rest = max(0, self.total - self.skip)
+        return rest if self.take is None else min(rest, self.take)
+
+    def part(self, first: int, last: int | None = None) -> ViewChunk:
+        """Records [first, last) of what this chunk contributes."""
+        take = None if last is None else max(0, last - first)
+        if self.take is not None:
+            take = max(0, self.take - first) if take is None else min(take, max(0, self.take - first))
+        return replace(self, skip=self.skip + first, take=take)
+
+    def cut(self, records: list[Record]) -> list[Record]:
+        """The chunk's decoded records of the view -> those it contributes."""
+        if not self.skip and self.take is None:
+            return records
+        return records[self.skip : None if self.take is None else self.skip + self.take]
+
+    def records(self, stream: Stream) -> list[Record]:
+        """Decode the chunk from `stream` (the stream named `self.stream`,
+        opened anywhere the native file is) into the view's records."""
+        decoded = stream.decode(Chunk(self.start, self.end, self.state, {}))
+        return self.cut(decoded.get(self.view, []))
+
+
 class IndexedFile(ViewFile):
     def __init__(self, index: Index, entry: StreamEntry, view: str) -> None:
         self.index, self.entry, self.view = index, entry, view
+
+    # -- the public chunk API (the Spark data source plans and reads by it) --
+
+    @property
+    def stream(self) -> Stream:
+        return self.entry.stream
+
+    @property
+    def counted(self) -> bool:
+        """Whether the index counts this view's records per chunk (the
+        stream's own view, the one that grows by appending)."""
+        paths = self.entry.stream.view_paths()
+        return bool(paths) and paths[0] == self.view
+
+    def record_count(self) -> int | None:
+        """The view's records (None: not counted, see `counted`)."""
+        return self.entry.record_count if self.counted else None
+
+    def chunks(self, first: int = 0, last: int | None = None) -> list[ViewChunk]:
+        """The chunks holding the view's records [first, last), in order.
+        A view the index does not count is cut by rendering the chunks
+        the cut falls in (their lines are its records)."""
+        pieces = self.entry.views.get(self.view)
+        if pieces is None:
+            return []
+        counted = self.counted
+        time_field = getattr(self.entry.stream, "time_field", None)
+        out: list[ViewChunk] = []
+        begin = 0  # the view's records before this chunk
+        for i, seq in enumerate(pieces.seqs):
+            if last is not None and begin >= last:
+                break
+            meta = self.entry.chunks[seq]
+            size = pieces.ends[i] - (pieces.ends[i - 1] if i else 0)
+            chunk = ViewChunk(
+                self.view,
+                self.entry.stream.name,
+                meta.start,
+                meta.end,
+                meta.state,
+                meta.times,
+                time_field,
+                size,
+                meta.count if counted else None,
+                seq=seq,
+            )
+            if first <= begin and last is None:
+                out.append(chunk)  # the common case: no decode to count
+                continue
+            total = chunk.total if counted else self.index.piece(self.entry, self.view, seq).count(b"\n")
+            end = begin + total
+            low, high = max(first, begin), end if last is None else min(last, end)
+            if low < high:
+                out.append(chunk.part(low - begin, high - begin))
+            begin = end
+        return out
+
+    def chunk_records(self, chunk: ViewChunk) -> list[Record]:
+        """A chunk's records of this view, decoded here."""
+        return chunk.records(self.entry.stream)
+
+    def chunk_bytes(self, chunk: ViewChunk) -> bytes:
+        """A chunk's JSON lines of this view, rendered through the index
+        (and its cache of rendered chunks)."""
+        data = self.index.piece(self.entry, self.view, chunk.seq)
+        if not chunk.skip and chunk.take is None:
+            return data
+        lines = data.splitlines(keepends=True)
+        return b"".join(lines[chunk.skip : None if chunk.take is None else chunk.skip + chunk.take])
 
     def size(self) -> int:
         pieces = self.entry.views.get(self.view)
@@ -145,6 +274,21 @@ class SlicedFile(ViewFile):
 
     def identity(self) -> str:
         return digest(*[(f.identity(), skip) for f, skip in self.parts])
+
+    # -- the public chunk API, as IndexedFile's --
+
+    def chunks(self) -> list[ViewChunk]:
+        """The chunks of every part, in order, each part from its skip on."""
+        return [chunk for file, skip in self.parts for chunk in file.chunks(skip)]
+
+    def _part(self, chunk: ViewChunk) -> IndexedFile:
+        return next(f for f, _ in self.parts if f.stream.name == chunk.stream and f.view == chunk.view)
+
+    def chunk_records(self, chunk: ViewChunk) -> list[Record]:
+        return self._part(chunk).chunk_records(chunk)
+
+    def chunk_bytes(self, chunk: ViewChunk) -> bytes:
+        return self._part(chunk).chunk_bytes(chunk)
 
 
 class BytesFile(ViewFile):

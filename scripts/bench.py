@@ -14,7 +14,8 @@ subprocesses:
   cold_cat       `cat` of every record view over a fresh mount  vs  the plain decode+render loop
   warm_cat       the same `cat` again                           vs  `cat` of the same bytes in regular files
   spark_json     spark.read.json(view folder).count(), a fresh mount, then again  vs  a plain local folder
-  data_source    spark.read.format("fmtfs"), default options    vs  plain read.json
+  data_source    spark.read.format("fmtfs"), default options, first query and again  vs  plain read.json
+                 (python_ds_start: a session's first Python data source query, one row, vs the same)
   time_filter    the data source with a 1/24-of-the-span time filter vs  its full read
   ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
   write_through  `cat lines >> view`                            vs  the format's encoder in process
@@ -499,6 +500,7 @@ def _lines_to_write(run: FormatRun) -> bytes:
 # -- Spark figures ---------------------------------------------------------------
 
 _SPARK: list[Any] = []
+_ONE_ROW: list[float] = []  # the one-row Python data source's first query, once per session
 
 
 def spark_session() -> Any:
@@ -538,9 +540,7 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     the data source with default options, each vs a plain local folder."""
     spark = spark_session()
     mnt, cache = run.scratch / "mnt", run.scratch / "cache"
-    plain = run.fresh("plain-spark")
-    with mounted(run.source, mnt, cache):
-        copy_spark_views(mnt / run.layout.spark_folder, plain)
+    plain = plain_copy(run)
     for _ in range(2):  # JIT and page cache
         spark.read.json(str(plain)).count()
     counts = set()
@@ -555,16 +555,6 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     with mounted(run.source, mnt, cache):
         first = count(lambda: spark.read.json(str(mnt / run.layout.spark_folder)).count())
         second = count(lambda: spark.read.json(str(mnt / run.layout.spark_folder)).count())
-    source = count(
-        lambda: (
-            spark.read.format("fmtfs")
-            .option("format", run.fmt)
-            .option("view", run.layout.spark_folder)
-            .option("cacheDir", str(cache))
-            .load(str(run.source))
-            .count()
-        )
-    )
     after = count(plain_json)
     if len(counts) != 1:
         raise SystemExit(f"{run.fmt}: row counts differ between the ways of reading: {sorted(counts)}")
@@ -573,7 +563,81 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     return [
         Figure("spark_json_first", first / base, f"{first:.2f} s", plain_text, "<= 2.0"),
         Figure("spark_json_second", second / base, f"{second:.2f} s", plain_text, "<= 1.3"),
-        Figure("data_source", source / base, f"{source:.2f} s", plain_text, "<= 2.0"),
+    ]
+
+
+def plain_copy(run: FormatRun) -> Path:
+    """The record views of the Spark folder copied into a plain folder
+    (made once per format run, through a mount)."""
+    plain = run.scratch / "plain-spark"
+    if plain.is_dir():
+        return plain
+    plain = run.fresh("plain-spark")
+    with mounted(run.source, run.scratch / "mnt", run.scratch / "cache"):
+        copy_spark_views(run.scratch / "mnt" / run.layout.spark_folder, plain)
+    return plain
+
+
+def _one_row_source() -> type:
+    """A Python data source of one row: what any Python data source pays."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader
+
+    class OneRowReader(DataSourceReader):
+        def read(self, partition: Any) -> Iterator[tuple[int]]:
+            yield (1,)
+
+    class OneRow(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "bench_one_row"
+
+        def schema(self) -> str:
+            return "n long"
+
+        def reader(self, schema: Any) -> DataSourceReader:
+            return OneRowReader()
+
+    return OneRow
+
+
+def figure_data_source(run: FormatRun) -> list[Figure]:
+    """spark.read.format("fmtfs") with default options, .count(), vs plain
+    read.json of the same bytes: the source's first query (its schema
+    inferred from sampled chunks; the chunk index is the one the mounts
+    built) and a second one.  Spark starts its Python workers (one per
+    kind of job: schema, planning, reading) at the first Python data
+    source query of a session, whatever the source: that start is measured
+    once, with a one-row Python data source (python_ds_start), so the fmtfs
+    figures do not depend on which format the run starts with."""
+    spark = spark_session()
+    plain = plain_copy(run)
+    figures = []
+    base_seconds: list[float] = []
+    plain_json = lambda: spark.read.json(str(plain)).count()  # noqa: E731
+    for _ in range(2):  # JIT and page cache
+        plain_json()
+    base_seconds.append(timed(plain_json)[0])
+    if not _ONE_ROW:
+        spark.dataSource.register(_one_row_source())
+        start, _ = timed(lambda: spark.read.format("bench_one_row").load().count())
+        _ONE_ROW.append(start)
+        text = f"plain folder {base_seconds[0]:.2f} s"
+        figures.append(Figure("python_ds_start", start / base_seconds[0], f"{start:.2f} s", text, "-"))
+
+    def fmtfs_count() -> int:
+        reader = spark.read.format("fmtfs").option("format", run.fmt).option("view", run.layout.spark_folder)
+        return reader.option("cacheDir", str(run.scratch / "cache")).load(str(run.source)).count()
+
+    first, rows_first = timed(fmtfs_count)
+    again, rows_again = timed(fmtfs_count)
+    base_seconds.append(timed(plain_json)[0])
+    if len({rows_first, rows_again, plain_json()}) != 1:
+        raise SystemExit(f"{run.fmt}: the data source and read.json count different rows")
+    base = sum(base_seconds) / len(base_seconds)
+    text = f"plain read.json {base:.2f} s"
+    return figures + [
+        Figure("data_source", first / base, f"{first:.2f} s", text, "<= 2.0"),
+        Figure("data_source_again", again / base, f"{again:.2f} s", text, "<= 2.0"),
     ]
 
 
@@ -709,9 +773,8 @@ def figure_spark_parquet(run: FormatRun) -> list[Figure]:
     disk) vs spark.read.json of the same JSON bytes in a plain folder."""
     spark = spark_session()
     mnt, cache = run.scratch / "mnt", run.scratch / "cache"
-    plain = run.fresh("plain-spark-json")
+    plain = plain_copy(run)
     with mounted(run.source, mnt, cache):
-        copy_spark_views(mnt / run.layout.spark_folder, plain)
         twins = str(mnt / PARQUET / run.layout.spark_folder)
         rows = {spark.read.parquet(twins).count(), spark.read.json(str(plain)).count()}  # warm both
         parquet_s, n = timed(lambda: spark.read.parquet(twins).count())
@@ -740,6 +803,7 @@ FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
 ]
 SPARK_FIGURES: list[Callable[[FormatRun], list[Figure]]] = [
     figure_spark,
+    figure_data_source,
     figure_time_filter,
     figure_spark_parquet,
 ]
@@ -779,6 +843,8 @@ def bench_format(fmt: str, megabytes: float, args: argparse.Namespace, scratch: 
     run = FormatRun(fmt, LAYOUTS[fmt], scratch / fmt, source, records, native, args)
     figures: list[Figure] = []
     for figure in FIGURES + ([] if args.no_spark else SPARK_FIGURES):
+        if args.only and figure.__name__.removeprefix("figure_") not in args.only:
+            continue
         for row in figure(run):
             figures.append(row)
             print(
@@ -844,6 +910,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--json", type=Path, metavar="OUT", help="write the results as JSON")
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark figures")
+    parser.add_argument(
+        "--only",
+        type=lambda text: set(filter(None, text.split(","))),
+        help="run only these figure functions, comma-separated (e.g. spark,time_filter)",
+    )
     parser.add_argument(
         "--streams", type=int, default=1000, help="stream views listed by ls_N (default 1000)"
     )

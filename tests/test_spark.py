@@ -272,7 +272,7 @@ def test_data_source_partitions_are_packed_from_chunks(spark, tmp_path) -> None:
     opts = {"path": str(source), "view": rel, "cachedir": str(cache), "partitionbytes": str(4 << 20)}
     tree = open_tree(opts)
     views = view_files(tree, rel)
-    chunks = sum(len(p.pieces) for p in plan_partitions(tree, views, opts))
+    chunks = sum(len(p.chunks) for p in plan_partitions(tree, views, opts))
 
     def read(**options: str):
         reader = spark.read.format("fmtfs").option("view", rel).option("cacheDir", str(cache))

@@ -3,20 +3,22 @@ executors, time filters pushed down to skip chunks."""
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterable
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from fmtfs.spark.plan import DerivedPartition, partition_records, plan_partitions
+from fmtfs.spark.plan import DerivedPartition, is_chunked, partition_records, plan_partitions
 from fmtfs.spark.schema import Inferred, to_batch
 from fmtfs.spark.source import Options, open_tree, view_files
 from fmtfs.spark.timefilter import TimeTest, time_tests
 
 
-def time_columns(tree) -> set[str]:
-    """The time columns of the source's streams (their `time_field`)."""
-    return {field[0] for e in tree.entries if (field := getattr(e.stream, "time_field", None))}
+def time_columns(tree, views: list[str]) -> set[str]:
+    """The time columns of the views' chunks (their streams' `time_field`)."""
+    files = [tree.files[v] for v in views]
+    return {c.time_field[0] for f in files if is_chunked(f) for c in f.chunks() if c.time_field}
 
 
 def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, partition: InputPartition):
@@ -26,9 +28,23 @@ def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, p
     expected = to_arrow_schema(schema, timezone="UTC")
     if isinstance(partition, DerivedPartition) and partition.view == "":
         return  # a view with no records at all
-    for records in partition_records(opts, partition):
-        if records:
-            yield to_batch(records, expected, inferred)
+    chunks = partition_records(opts, partition)
+    while True:
+        # A chunk's records are thousands of fresh dicts that cannot form a
+        # cycle: with the cyclic GC on, a collection after every decode
+        # walks them all (py-spy: a tenth of a Spark task).  Paused while
+        # they live, and freed before it resumes, they are never scanned.
+        gc.disable()
+        try:
+            records = next(chunks, None)
+            if records is None:
+                return
+            batch = to_batch(records, expected, inferred) if records else None
+            del records
+        finally:
+            gc.enable()
+        if batch is not None:
+            yield batch
 
 
 class _PushFilters:

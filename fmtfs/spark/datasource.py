@@ -34,7 +34,7 @@ class FmtfsDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts, tree, views = self._setup()
-        return FmtfsReader(opts, schema, self._typing(opts, tree, views), time_columns(tree))
+        return FmtfsReader(opts, schema, self._typing(opts, tree, views), time_columns(tree, views))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts, tree, views = self._setup()

@@ -37,7 +37,7 @@ from pyspark.sql.types import (
 )
 
 from fmtfs import parquet
-from fmtfs.spark.plan import Piece, view_pieces
+from fmtfs.spark.plan import is_chunked
 from fmtfs.spark.source import Options, cache_dir
 
 DEFAULT_INFER_CHUNKS = 8
@@ -111,24 +111,15 @@ def _spread(items: list, n: int) -> list:
 
 def sample_batches(tree, views: list[str], chunks: int):
     """Record batches of up to `chunks` chunks spread over `views` (0: all)."""
-    from fmtfs.formats.base import Chunk
-    from fmtfs.views import IndexedFile, SlicedFile
-
-    pieces: list[Piece] = []
+    sampled = []  # (file, chunk)
     for view in views:
         file = tree.files[view]
-        if isinstance(file, IndexedFile):
-            pieces += [p for unit in view_pieces(file.entry, file.view) for p in unit]
-        elif isinstance(file, SlicedFile):
-            pieces += [
-                p for part, _ in file.parts for unit in view_pieces(part.entry, part.view) for p in unit
-            ]
+        if is_chunked(file):
+            sampled += [(file, chunk) for chunk in file.chunks()]
         else:
             yield from file.records()  # a derived view is computed whole anyway
-    streams = {e.stream.name: e.stream for e in tree.entries}
-    for piece in _spread(pieces, chunks):
-        decoded = streams[piece.stream].decode(Chunk(piece.start, piece.end, piece.state, {}))
-        yield decoded.get(piece.view, [])
+    for file, chunk in _spread(sampled, chunks):
+        yield file.chunk_records(chunk)
 
 
 def infer(tree, views: list[str], opts: Options) -> Inferred:

@@ -25,7 +25,7 @@ from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailab
 from pyspark.sql.types import StructType
 
 from fmtfs.spark.batch import read_batches
-from fmtfs.spark.plan import Piece, pack, primary_view
+from fmtfs.spark.plan import pack
 from fmtfs.spark.schema import Inferred
 from fmtfs.spark.source import Options, open_tree, view_files
 
@@ -34,46 +34,21 @@ log = logging.getLogger("fmtfs.spark")
 Offset = dict[str, int]
 
 
-def followed_entries(tree, view: str) -> list:
-    """The index entries of the streams whose own views `view` names, in
-    the source's stream order."""
+def followed_files(tree, view: str) -> dict:
+    """The stream views `view` names, by stream name, in the source's
+    stream order: views that grow by appending (a stream's own view)."""
     from fmtfs.views import IndexedFile
 
     views = set(view_files(tree, view))
-    followed = []
     for path in views:
         file = tree.files[path]
-        if not isinstance(file, IndexedFile) or primary_view(file.entry) != path:
+        if not isinstance(file, IndexedFile) or not file.counted:
             raise ValueError(
                 f"fmtfs data source: {path} cannot be streamed: only views that grow by appending "
                 "(segments, journals, records, events) can"
             )
-    for entry in tree.entries:
-        if primary_view(entry) in views:
-            followed.append(entry)
-    return followed
-
-
-def count_pieces(entry, first: int, last: int) -> list[list[Piece]]:
-    """Pieces holding records [first, last) of the entry's own view."""
-    view = primary_view(entry)
-    pieces = entry.views.get(view)
-    units: list[list[Piece]] = []
-    begin = 0
-    for i, seq in enumerate(pieces.seqs if pieces else []):
-        meta = entry.chunks[seq]
-        end = begin + meta.count
-        low, high = max(first, begin), min(last, end)
-        if low < high:
-            size = pieces.ends[i] - (pieces.ends[i - 1] if i else 0)
-            piece = Piece(
-                view, entry.stream.name, meta.start, meta.end, meta.state, low - begin, high - low, size
-            )
-            units.append([piece])
-        begin = end
-        if begin >= last:
-            break
-    return units
+    # the tree lists its files in the source's stream order
+    return {tree.files[p].stream.name: tree.files[p] for p in tree.files if p in views}
 
 
 class FmtfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -84,16 +59,16 @@ class FmtfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.frozen: Offset | None = None  # Trigger.AvailableNow: what existed when it began
         self._tree = None
 
-    def _entries(self) -> list:
-        """The followed streams as the index has them now (driver)."""
+    def _followed(self) -> dict:
+        """The followed stream views as the index has them now (driver)."""
         if self._tree is None:
             self._tree = open_tree(self.opts)
         else:
             self._tree.refresh(force=True)
-        return followed_entries(self._tree, self.opts["view"])
+        return followed_files(self._tree, self.opts["view"])
 
     def _available(self) -> Offset:
-        return {e.stream.name: e.record_count for e in self._entries()}
+        return {name: file.record_count() for name, file in self._followed().items()}
 
     def initialOffset(self) -> Offset:
         return {}  # nothing read yet: every stream from its first record
@@ -117,15 +92,15 @@ class FmtfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return latest
 
     def partitions(self, start: Offset, end: Offset) -> list[InputPartition]:
-        entries = {e.stream.name: e for e in self._entries()}
-        units: list[list[Piece]] = []
+        files = self._followed()
+        chunks = []
         for name, last in end.items():
-            entry = entries.get(name)
-            if entry is None:
+            file = files.get(name)
+            if file is None:
                 log.warning("fmtfs: stream %s vanished before its records were planned", name)
                 continue
-            units += count_pieces(entry, start.get(name, 0), last)
-        return pack(units, self.opts, vanish_ok=True)
+            chunks += file.chunks(start.get(name, 0), last)
+        return pack(chunks, self.opts, vanish_ok=True)
 
     def read(self, partition: InputPartition):
         return read_batches(self.opts, self.schema, self.inferred, partition)
