@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from fmtfs import __version__, summary, twins
+from fmtfs import __version__, summary, twinbuilder
 from fmtfs.errors import UserError
 from fmtfs.formats import registry
 from fmtfs.formats.base import Format
@@ -337,7 +337,7 @@ def build_twins_showing_progress(tree: SourceTree) -> None:
     started = time.monotonic()
     bar = TwinProgress() if on_terminal() else None
     try:
-        built = twins.build_all(tree, bar)
+        built = twinbuilder.build_all(tree, bar)
     finally:
         if bar is not None:
             bar.close()

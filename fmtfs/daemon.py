@@ -20,7 +20,7 @@ import trio
 
 from fmtfs.errors import MountRefused, UserError
 from fmtfs.fuse import FmtfsOperations, serve
-from fmtfs.twins import start_builder
+from fmtfs.twinbuilder import start_builder
 from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")

@@ -29,9 +29,10 @@ import trio
 
 from fmtfs import permissions
 from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
-from fmtfs.permissions import Access, ViewPermissions
+from fmtfs.permissions import Access
 from fmtfs.refusals import Refusals
 from fmtfs.twins import ParquetFile, TwinHandle
+from fmtfs.viewpermissions import ViewPermissions
 from fmtfs.views import META_ERRORS, META_INFO, IndexedFile, SourceTree, ViewWriter
 
 log = logging.getLogger("fmtfs")

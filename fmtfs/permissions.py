@@ -23,9 +23,9 @@ as the native files already let them).
   mode of their siblings, so a write through the mount never leaves a file
   more readable than the ones beside it.
 
-Everything here works from stat results; fmtfs.fuse asks ViewPermissions,
-which memoises per state of the tree (`SourceTree.generation`) so a getattr
-costs a dictionary look-up, not an os.stat.
+Everything here works from stat results and knows no view tree (formats
+use it for the files they create); fmtfs.viewpermissions applies it to a
+tree's views, memoised per state of the tree.
 """
 
 from __future__ import annotations
@@ -33,21 +33,15 @@ from __future__ import annotations
 import logging
 import os
 import stat
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")
 
 READ_BITS = 0o444
 WRITE_BITS = 0o222
 USER, GROUP, OTHER = 0o700, 0o070, 0o007
-ALL = "\0all"  # ViewPermissions' key for "every native file" (no view has this path)
 
 
 @dataclass(frozen=True)
@@ -119,74 +113,6 @@ def folder_access(source: Path) -> Access:
         return Access(access.uid, access.gid, access.mode & 0o7777)
     bits = access.mode & 0o777
     return Access(access.uid, access.gid, bits | ((bits & READ_BITS) >> 2))
-
-
-class ViewPermissions:
-    """The Access of every view of one tree, memoised per tree generation.
-
-    Native files are stat'ed once per generation (only those of views
-    asked for); the tree's snapshot includes every native file's mode and
-    owner, so a chmod or chown of a native file starts a new generation."""
-
-    def __init__(self, tree: SourceTree) -> None:
-        self.tree = tree
-        self.mounter = (os.getuid(), os.getgid())
-        self._lock = threading.Lock()
-        self._generation = -1
-        self._stats: dict[Path, Access | None] = {}
-        self._views: dict[str, Access] = {}
-        self._folder: Access | None = None
-
-    def _current(self) -> None:
-        generation = self.tree.generation
-        if generation != self._generation:
-            self._generation = generation
-            self._stats, self._views, self._folder = {}, {}, None
-
-    def folder(self) -> Access:
-        with self._lock:
-            self._current()
-            if self._folder is None:
-                self._folder = folder_access(self.tree.format.source)
-            return self._folder
-
-    def _file(self, path: Path) -> Access | None:
-        if path not in self._stats:
-            try:
-                self._stats[path] = Access.of_path(path)
-            except OSError:
-                self._stats[path] = None  # gone since the refresh: it grants nothing
-        return self._stats[path]
-
-    def _combined(self, natives: list[Path]) -> Access | None:
-        accesses = [self._file(p) for p in natives]
-        if any(a is None for a in accesses):
-            # a native file vanished between the refresh and now: grant nothing
-            return Access(self.mounter[0], self.mounter[1], 0)
-        return most_restrictive([a for a in accesses if a is not None], self.mounter)
-
-    def view(self, path: str) -> Access:
-        """Owner, group and the native files' combined bits for a view."""
-        with self._lock:
-            self._current()
-            found = self._views.get(path)
-            if found is None:
-                natives = self.tree.native_files_of(path)
-                if natives is None:  # every native file: computed once per generation
-                    found = self._views.get(ALL)
-                    if found is None:
-                        found = self._views[ALL] = self._of_all()
-                else:
-                    found = self._combined(natives) or self._of_all()
-                self._views[path] = found
-            return found
-
-    def _of_all(self) -> Access:
-        found = self._combined(self.tree.all_native_files())
-        if found is None:  # no native file at all (an empty source's meta files)
-            folder = self._folder or folder_access(self.tree.format.source)
-            found = Access(folder.uid, folder.gid, folder.mode & 0o666)
-        return found
 
 
 # -- new native files ---------------------------------------------------------

@@ -67,7 +67,7 @@ def on_terminal(stream: TextIO | None = None) -> bool:
 
 
 class TwinProgress:
-    """A bar over the Parquet twins `fmtfs index` builds (fmtfs.twins.build_all's progress)."""
+    """A bar over the Parquet twins `fmtfs index` builds (fmtfs.twinbuilder.build_all's progress)."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.bar: tqdm | None = None

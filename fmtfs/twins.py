@@ -8,7 +8,7 @@ of a twin whose file exists is one `stat()`.
 
 Who builds a twin, and when:
 
-- `build_all(tree)` builds every twin that is not on disk (for `fmtfs
+- `build_all(tree)` (fmtfs.twinbuilder) builds every twin that is not on disk (for `fmtfs
   index`, ahead of a mount).
 - In a mount, a TwinBuilder thread at the lowest CPU priority builds, one
   at a time, every twin whose file is missing, starting right after the
@@ -56,22 +56,16 @@ from __future__ import annotations
 
 import base64
 import bisect
-import ctypes
 import dataclasses
 import fcntl
 import logging
 import math
 import os
-import pickle
-import signal
-import subprocess
-import sys
-import threading
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import pyarrow as pa
@@ -81,19 +75,12 @@ from fmtfs import __version__, parquet
 from fmtfs.formats.base import Record
 from fmtfs.index import ViewPieces, digest
 from fmtfs.parquet_splice import splice
+from fmtfs.viewfile import ViewFile
 
 if TYPE_CHECKING:
     from fmtfs.formats.schema import ViewSchema
-    from fmtfs.views import SourceTree, ViewFile
 
 log = logging.getLogger("fmtfs")
-
-# Told after every twin build_all finishes: (twins done, twins to build).
-TwinProgress = Callable[[int, int], None]
-
-# A twin rebuilt because its view grew is rebuilt again no sooner than
-# this many times its last build took (a live queue grows every second).
-REBUILD_SPACING = 5.0
 
 # In a mount, the twin of a view with more JSON bytes than this that a stat
 # needs at once is built by a child process too (the mount stays small);
@@ -117,6 +104,16 @@ SHAPE_KEY = "fmtfs.shape"
 BUILT_FROM_KEY = "fmtfs.built_from"
 
 
+class Builder(Protocol):
+    """What a twin asks of a mount's builder (fmtfs.twinbuilder.TwinBuilder)."""
+
+    def request(self, twin: ParquetFile) -> None:
+        """Build `twin` soon, in the background."""
+
+    def build_now(self, views: list[str]) -> None:
+        """Build the twins of `views` in a child process, returning when done."""
+
+
 class Twins:
     """The twins of one source: where they live, and the builder if any."""
 
@@ -125,7 +122,7 @@ class Twins:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.source_key = source_key
         self.format = fmt
-        self.builder: TwinBuilder | None = None  # set in a mount
+        self.builder: Builder | None = None  # set in a mount (fmtfs.twinbuilder)
         self.noted: dict[str, float] = {}  # view prefix -> monotonic time its marker was last touched
         self._remove_leftovers()
 
@@ -170,7 +167,7 @@ class Twins:
             os.close(fd)
 
 
-class ParquetFile:
+class ParquetFile(ViewFile):
     """The Parquet twin of a record view (a ViewFile of the tree)."""
 
     def __init__(self, twins: Twins, source: ViewFile, view: str) -> None:
@@ -207,7 +204,7 @@ class ParquetFile:
                 return older
             if self.source.size() > IN_PROCESS_LIMIT:
                 # decoding a big view would swell the mount: a child builds it
-                build_in_child(builder.tree, [self.view])
+                builder.build_now([self.view])
                 if target.exists():
                     self._served = (identity, target)
                     return target
@@ -432,162 +429,3 @@ def _shape_of(text: bytes, declared: ViewSchema | None) -> parquet.Shape:
     shape.not_times = {tuple(path) for path in document["not_times"]}
     shape.rows, shape.nbytes = document["rows"], document["nbytes"]
     return shape
-
-
-def twins_of(tree: SourceTree) -> list[ParquetFile]:
-    return [f for f in list(tree.files.values()) if isinstance(f, ParquetFile)]
-
-
-def build_all(tree: SourceTree, progress: TwinProgress | None = None) -> int:
-    """Build every twin of `tree` not on disk yet (`fmtfs index`); returns
-    how many were built.  `progress(done, total)` after each."""
-    missing = [t for t in twins_of(tree) if not t.built()]
-    for done, twin in enumerate(missing, 1):
-        twin.build()
-        if progress is not None:
-            progress(done, len(missing))
-    return len(missing)
-
-
-class TwinBuilder:
-    """Builds the missing twins of a mounted tree in the background: a
-    thread of the mount hands the views to build (the ones a stat asked for
-    first) to a child process at the lowest CPU priority, one round at a
-    time.  The decoding, its memory and the GIL are the child's: the mount
-    keeps serving at its own pace and size."""
-
-    def __init__(self, tree: SourceTree) -> None:
-        self.tree = tree
-        self.wake = threading.Event()
-        self.stopped = False
-        self.requested: dict[str, ParquetFile] = {}  # view -> twin, asked for by a stat
-        self.failed: set[str] = set()  # target names whose build failed
-        self.next_rebuild: dict[str, float] = {}  # view -> earliest monotonic time
-        self.lock = threading.Lock()
-        self.thread = threading.Thread(target=self._run, name="fmtfs-twins", daemon=True)
-
-    def start(self) -> TwinBuilder:
-        self.tree.twins.builder = self
-        self.thread.start()
-        return self
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.wake.set()
-
-    def request(self, twin: ParquetFile) -> None:
-        with self.lock:
-            self.requested[twin.view] = twin
-        self.wake.set()
-
-    def _run(self) -> None:
-        settled = -1  # a generation whose twins are all built or failed
-        while not self.stopped:
-            generation = self.tree.generation
-            if generation != settled or self.requested:
-                todo = self._todo()
-                if todo:
-                    self._build(todo)
-                    continue
-                if not self.requested and not self._waiting():
-                    settled = generation
-            self.wake.wait(1.0)
-            self.wake.clear()
-
-    def _todo(self) -> list[ParquetFile]:
-        """Twins to build now, the ones asked for first."""
-        with self.lock:
-            asked, self.requested = list(self.requested.values()), {}
-        now = time.monotonic()
-        seen: set[str] = set()
-        todo = []
-        for twin in [*asked, *twins_of(self.tree)]:
-            if twin.view in seen or now < self.next_rebuild.get(twin.view, 0.0):
-                continue
-            seen.add(twin.view)
-            if twin.target().name not in self.failed and not twin.built():
-                todo.append(twin)
-        return todo
-
-    def _waiting(self) -> bool:
-        """Whether a twin waits for its rebuild spacing."""
-        now = time.monotonic()
-        return any(when > now for when in self.next_rebuild.values())
-
-    def _build(self, todo: list[ParquetFile]) -> None:
-        started = time.monotonic()
-        done = build_in_child(self.tree, [t.view for t in todo])
-        took = time.monotonic() - started
-        for twin in todo:
-            if twin.view in done:
-                self.next_rebuild[twin.view] = time.monotonic() + REBUILD_SPACING * took / len(todo)
-            else:
-                self.failed.add(twin.target().name)
-        log.info("built %d Parquet twins in %.1f s", len(done), took)
-
-
-def start_builder(tree: SourceTree) -> TwinBuilder:
-    """Build the missing twins of a mounted tree in the background."""
-    return TwinBuilder(tree).start()
-
-
-def build_in_child(tree: SourceTree, views: list[str]) -> set[str]:
-    """Build the twins of `views` in a child process; returns the views
-    built.  The job (options, key included) travels on the child's stdin,
-    never on its command line."""
-    fmt = tree.format
-    job = {
-        "source": fmt.source,
-        "format": fmt.name,
-        "options": fmt.options,
-        "cache_dir": tree.index_dir,
-        "views": views,
-        "parent": os.getpid(),
-    }
-    done = subprocess.run(
-        [sys.executable, "-c", "from fmtfs.twins import child_main; child_main()"],
-        input=pickle.dumps(job),
-        capture_output=True,
-        check=False,
-    )
-    for line in done.stderr.decode(errors="replace").splitlines():
-        log.warning("twin builder: %s", line)
-    return {line for line in done.stdout.decode().splitlines()}
-
-
-def child_main() -> None:
-    """The builder's child process: build the twins of a job read from stdin,
-    printing each view whose twin is whole; exits when its mount is gone."""
-    from fmtfs.formats import open_source
-    from fmtfs.views import SourceTree
-
-    os.nice(19)
-    job = pickle.loads(sys.stdin.buffer.read())
-    _die_with_parent(job["parent"])
-    parent = job["parent"]
-    tree = SourceTree(open_source(job["source"], job["format"], job["options"]), job["cache_dir"])
-    by_view = {twin.view: twin for twin in twins_of(tree)}
-    for view in job["views"]:
-        if os.getppid() != parent:
-            return  # the mount ended
-        twin = by_view.get(view)
-        if twin is None:
-            continue  # gone from the source meanwhile
-        try:
-            twin.build()
-        except Exception as exc:  # noqa: BLE001 - one bad view must not stop the others
-            print(f"{view}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            continue
-        print(view, flush=True)
-
-
-def _die_with_parent(parent: int) -> None:
-    """Linux: the kernel kills this process when the mount's ends (an
-    unmount mid-build must not leave a builder writing into the cache)."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-    if os.getppid() != parent:
-        sys.exit(0)  # it ended before the line above

@@ -15,7 +15,6 @@ import logging
 import os
 import threading
 import time
-from abc import ABC, abstractmethod
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -40,6 +39,7 @@ from fmtfs.formats.base import (
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
 from fmtfs.twins import ParquetFile, Twins
+from fmtfs.viewfile import ViewFile
 
 log = logging.getLogger("fmtfs")
 
@@ -48,24 +48,6 @@ META_ERRORS = "_errors.jsonl"
 PARQUET_DIR = "parquet"
 # A fresh stat re-checks the native files at most this often.
 REFRESH_INTERVAL = 0.05
-
-
-class ViewFile(ABC):
-    """One file of the tree."""
-
-    @abstractmethod
-    def size(self) -> int: ...
-
-    @abstractmethod
-    def read(self, offset: int, size: int) -> bytes: ...
-
-    def records(self):  # -> Iterable[list[Record]]
-        """The record batches of a `.jsonl` view (for its Parquet twin)."""
-        raise NotImplementedError
-
-    def identity(self) -> str:
-        """Changes whenever the file's bytes may have changed."""
-        raise NotImplementedError
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fmtfs import parquet, twins
+from fmtfs import parquet, twinbuilder, twins
 from fmtfs.render import parse_lines
 from fmtfs.samples.beats import generate as beats_sample
 from fmtfs.samples.wallaby import generate as wallaby_sample
@@ -93,7 +93,7 @@ def test_a_grown_view_keeps_its_old_twin_until_the_new_one_is_whole(tmp_path: Pa
     tree = tree_of(source, tmp_path / "cache")
     old = tree.files[TWIN].build()
     # a mount's builder, not started: what it is asked to do stays observable
-    builder = twins.TwinBuilder(tree)
+    builder = twinbuilder.TwinBuilder(tree)
     tree.twins.builder = builder
     WallabyWriter(source / "events.log").write([{"time": 1_500_000_000_000_000_000, "data": "late"}])
     tree.refresh(force=True)
@@ -156,9 +156,9 @@ def test_listing_prebuilt_twins_builds_nothing(tmp_path: Path) -> None:
     source = wallaby_sample(tmp_path / "src", 3000)
     cache = tmp_path / "cache"
     tree = tree_of(source, cache)
-    assert twins.build_all(tree) == len(twins.twins_of(tree)) > 1
+    assert twinbuilder.build_all(tree) == len(twinbuilder.twins_of(tree)) > 1
     before = cache_state(cache)
-    assert twins.build_all(tree) == 0
+    assert twinbuilder.build_all(tree) == 0
     with mounted(source, cache_dir=cache) as mnt:
         sizes = listed_twin_sizes(mnt)
         assert sizes == sorted((cache / "parquet" / name).stat().st_size for name in before)
@@ -195,7 +195,7 @@ def test_a_growing_view_gets_a_new_twin_and_size_and_bytes_always_agree(tmp_path
 def test_a_big_view_asked_for_by_a_stat_is_built_by_a_child_process(tmp_path: Path, monkeypatch) -> None:
     (tmp_path / "src").mkdir()
     tree = tree_of(wallaby_sample(tmp_path / "src", 2000), tmp_path / "cache")
-    tree.twins.builder = twins.TwinBuilder(tree)  # as in a mount (not started)
+    tree.twins.builder = twinbuilder.TwinBuilder(tree)  # as in a mount (not started)
     monkeypatch.setattr(twins, "IN_PROCESS_LIMIT", 0)  # every view counts as big
     built_here = []
     monkeypatch.setattr(parquet, "write_twin", lambda *a, **k: built_here.append(a))

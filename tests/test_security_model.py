@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 from fmtfs.formats import open_source
-from fmtfs.permissions import Access, ViewPermissions, most_restrictive, view_mode, warn_if_shared
+from fmtfs.permissions import Access, most_restrictive, view_mode, warn_if_shared
 from fmtfs.samples import beats, gvfs, kestrel, proio
+from fmtfs.viewpermissions import ViewPermissions
 from fmtfs.views import SourceTree
 
 ROOT = (0, 0)
