@@ -173,7 +173,9 @@ class FmtfsOperations(pyfuse3.Operations):
             raise pyfuse3.FUSEError(errno.ENOENT)
         entry.st_blksize = 128 * 1024
         entry.st_blocks = (entry.st_size + 511) // 512
-        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = self.tree.mtime_ns
+        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = (
+            self.tree.mtime_ns if self.tree.is_dir(path) else self.tree.modified_ns(path)
+        )
         return entry
 
     async def _attributes_async(self, path: str) -> pyfuse3.EntryAttributes:

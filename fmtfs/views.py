@@ -518,6 +518,18 @@ class SourceTree:
     def file(self, path: str) -> ViewFile | None:
         return self.files.get(path)
 
+    def modified_ns(self, path: str) -> int:
+        """A view's modification time: its own native files' newest, so a
+        change to another stream leaves it alone (the kernel drops a FUSE
+        file's cached pages when its mtime changes); the source's newest
+        for views computed from the whole source."""
+        view = self.files.get(path)
+        if isinstance(view, IndexedFile):
+            return view.entry.identity.mtime_ns
+        if isinstance(view, SlicedFile) and view.parts:
+            return max(part.entry.identity.mtime_ns for part, _ in view.parts)
+        return self.mtime_ns
+
     def size(self, path: str) -> int:
         view = self.files.get(path)
         return view.size() if view is not None else 0

@@ -5,6 +5,7 @@ open sees lines written by a writer that has not closed yet."""
 from __future__ import annotations
 
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -74,3 +75,32 @@ def test_a_reader_holding_the_view_sees_lines_of_a_writer_still_open(source: Pat
                 time.sleep(0.1)
                 seen += reader.read()  # as tail -f does: read on past the old end
         assert b'"data":"while open"' in seen
+
+
+def test_a_write_to_one_stream_keeps_the_cached_pages_of_the_others(source: Path, tmp_path: Path) -> None:
+    # views show their own native file's mtime: the kernel (FUSE's
+    # auto_inval_data) drops a file's cached pages when its mtime changes
+    for name in ("events.log", "events.log.idx"):
+        shutil.copyfile(source / name, source / name.replace("events", "other"))
+    other = "other.log/records.jsonl"
+    log_file = tmp_path / "mount.log"
+    with mounted(source, "--debug", "--log-file", log_file) as mnt:
+        first = (mnt / other).read_bytes()
+        served_once = _bytes_read(log_file, other)
+        with open(mnt / RECORDS, "ab") as writer:
+            writer.write(b'{"data": "elsewhere"}\n')
+        time.sleep(1.5)  # past the attribute timeout: the kernel asks for them again
+        assert (mnt / other).read_bytes() == first
+        served_twice = _bytes_read(log_file, other)
+    assert served_once >= len(first)
+    # the kernel may drop a few kept pages on its own (see the README)
+    assert served_twice - served_once < len(first) // 10
+
+
+def _bytes_read(log_file: Path, view: str) -> int:
+    """What the mount served of `view`, from its debug log (one line a read)."""
+    return sum(
+        int(line.rsplit(", ", 1)[1].split()[0])
+        for line in log_file.read_text().splitlines()
+        if f" read {view} at " in line
+    )
