@@ -29,6 +29,7 @@ from fmtfs.formats.base import (
 )
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.render import parse_lines, render_document, render_lines
+from fmtfs.spill import SpilledPieces
 from fmtfs.twins import ParquetFile, Twins
 
 log = logging.getLogger("fmtfs")
@@ -340,10 +341,19 @@ class SourceTree:
     def decode_in_workers(self) -> None:
         """Decode chunks in worker processes from now on (the mount does)."""
         self.index.pool = DecodePool(self.format)
+        self.keep_rendered_on_disk()
+
+    def keep_rendered_on_disk(self) -> None:
+        """Pieces the rendered LRU evicts go to a scratch file under the
+        cache folder (fmtfs.spill): a page the kernel dropped is re-read,
+        not re-decoded."""
+        self.index.rendered.spill = SpilledPieces(self.index_dir)
 
     def close(self) -> None:
         if self.index.pool is not None:
             self.index.pool.close()
+        if self.index.rendered.spill is not None:
+            self.index.rendered.spill.close()
 
     # -- change detection -------------------------------------------------
 
