@@ -377,13 +377,18 @@ class SourceTree:
     def refresh(self, force: bool = False) -> set[str]:
         """Re-read what changed in the source; returns the paths whose size or
         content changed (for the FUSE layer to invalidate)."""
-        now = time.monotonic()
-        if not force and now - self.checked < REFRESH_INTERVAL:
+        if not force and not self.due():
             return set()
         with self.lock:
-            self.checked = now
+            # checked again under the lock: a caller that waited for another
+            # thread's refresh returns only once that one is done (a stat
+            # right after a writer's close must not see the tree before it)
+            started = time.monotonic()
+            if not force and started - self.checked < REFRESH_INTERVAL:
+                return set()
             snapshot = self._source_snapshot()
             if snapshot == self.snapshot:
+                self._checked_at(started)
                 return set()
             self.snapshot = snapshot
             log.debug("the source changed: re-indexing")  # tests count these
@@ -403,7 +408,14 @@ class SourceTree:
                 and _identity_of(self.files[p]) != f.entry.identity
             }
             changed |= {p for p in self.files if p not in before}
+            self._checked_at(started)
             return changed
+
+    def _checked_at(self, started: float) -> None:
+        """Rate-limit refreshes from `started` on, unless a write ended after
+        it (its bytes may be missing from this snapshot: stay due)."""
+        if self.last_write < started:
+            self.checked = started
 
     def wrote(self) -> None:
         """A write through the mount changed the native files: the next
