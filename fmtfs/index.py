@@ -38,6 +38,7 @@ from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, scan_stream
+from fmtfs.spill import SpilledPieces
 
 log = logging.getLogger("fmtfs")
 
@@ -166,28 +167,43 @@ class RenderedChunks:
         self.used = 0
         self.items: OrderedDict[tuple, bytes] = OrderedDict()
         self.lock = threading.Lock()
+        self.spill: SpilledPieces | None = None  # where evicted pieces go (the mount sets it)
 
     def get(self, key: tuple) -> bytes | None:
         with self.lock:
             data = self.items.get(key)
             if data is not None:
                 self.items.move_to_end(key)
-            return data
+                return data
+        return self.spill.get(key) if self.spill is not None else None
+
+    def __contains__(self, key: tuple) -> bool:
+        """Whether get() would find the piece (without reading it from disk)."""
+        with self.lock:
+            if key in self.items:
+                return True
+        return self.spill is not None and key in self.spill
 
     def put(self, key: tuple, data: bytes) -> None:
+        evicted = []
         with self.lock:
             if key in self.items:
                 return
             self.items[key] = data
             self.used += len(data)
             while self.used > self.capacity and len(self.items) > 1:
-                _, old = self.items.popitem(last=False)
-                self.used -= len(old)
+                evicted.append(self.items.popitem(last=False))
+                self.used -= len(evicted[-1][1])
+        if self.spill is not None:
+            for old_key, old in evicted:
+                self.spill.put(old_key, old)
 
     def drop_stream(self, name: str) -> None:
         with self.lock:
             for key in [k for k in self.items if k[0] == name]:
                 self.used -= len(self.items.pop(key))
+        if self.spill is not None:
+            self.spill.drop_stream(name)
 
 
 class DecodedChunks:
@@ -533,7 +549,7 @@ class Index:
                 meta = entry.chunks[s]
                 key = (name, inode, meta.start, meta.end)
                 future = self._pending.get(key)
-                if future is None and (s == seq or self.rendered.get((*key, view)) is None):
+                if future is None and (s == seq or (*key, view) not in self.rendered):
                     if s > seq and len(self._pending) >= 2 * ahead:
                         break  # enough decoded ahead already: memory stays bounded
                     future = self._pending[key] = self.pool.submit(name, meta.start, meta.end, meta.state)
@@ -552,7 +568,7 @@ class Index:
             return True
         meta = entry.chunks[seq - 1]
         key = (entry.stream.name, entry.identity.inode, meta.start, meta.end)
-        return key in self._pending or self.rendered.get((*key, view)) is not None
+        return key in self._pending or (*key, view) in self.rendered
 
     def _landed(self, key: tuple, future: Future) -> None:
         if not future.cancelled() and future.exception() is None:

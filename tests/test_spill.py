@@ -1,0 +1,55 @@
+"""Rendered pieces the LRU evicts are kept on disk (fmtfs.spill): reading
+them again is a read of the scratch file, not a chunk decode."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fmtfs.formats import open_source
+from fmtfs.samples.wallaby import generate
+from fmtfs.spill import SpilledPieces
+from fmtfs.views import IndexedFile, SourceTree
+from tests.mounting import fmtfs
+
+RECORDS = "events.log/records.jsonl"
+STEP = 64 << 10  # reads of a size the kernel sends
+
+
+def _read_all(view: IndexedFile) -> bytes:
+    return b"".join(view.read(offset, STEP) for offset in range(0, view.size(), STEP))
+
+
+def test_pieces_the_lru_evicts_are_read_back_from_disk(tmp_path: Path) -> None:
+    source = tmp_path / "src"
+    source.mkdir()
+    generate(source, 20_000)
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    tree.keep_rendered_on_disk()
+    rendered = tree.index.rendered
+    rendered.capacity = 1  # the LRU keeps one piece: every other goes to disk
+    view = tree.file(RECORDS)
+    assert isinstance(view, IndexedFile)
+    chunks = len(view.entry.views[RECORDS].seqs)
+    assert chunks >= 4
+    first = _read_all(view)
+    spill = rendered.spill
+    assert spill is not None
+    after_first = spill.served
+    second = _read_all(view)
+    tree.close()
+    expected = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+    assert first == second == expected
+    # every piece of the second pass but the one the LRU held came from disk
+    assert spill.served - after_first >= chunks - 1
+
+
+def test_the_scratch_file_keeps_no_more_than_its_limit(tmp_path: Path) -> None:
+    spill = SpilledPieces(tmp_path, limit=10)
+    spill.put(("s", 1, 0, 6, "v"), b"abcdef")
+    spill.put(("s", 1, 6, 12, "v"), b"ghijkl")  # past the limit: not kept
+    assert spill.get(("s", 1, 0, 6, "v")) == b"abcdef"
+    assert ("s", 1, 6, 12, "v") not in spill and spill.get(("s", 1, 6, 12, "v")) is None
+    spill.drop_stream("s")
+    assert spill.get(("s", 1, 0, 6, "v")) is None
+    assert list(tmp_path.iterdir()) == []  # unlinked from the start
+    spill.close()
