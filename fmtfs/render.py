@@ -16,6 +16,7 @@ took 6x longer than appending them to a bytearray one by one."""
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable
 
 import orjson
@@ -47,8 +48,19 @@ def rendered_lengths(records_by_view: dict[str, list[Record]]) -> dict[str, int]
     One orjson call per view: `[a,b,c]` is as long as `a\nb\nc\n` plus one
     (two brackets and n-1 commas for n newlines), and dumping a list at once
     is much cheaper than dumping its records one by one."""
-    dumps = orjson.dumps
-    return {view: len(dumps(records)) - 1 if records else 0 for view, records in records_by_view.items()}
+    done: list[tuple[list[Record], int]] = []  # lists dumped so far, with their lengths
+    return {view: _length(records, done) if records else 0 for view, records in records_by_view.items()}
+
+
+def _length(records: list[Record], done: list[tuple[list[Record], int]]) -> int:
+    # a bucket holding every record of its chunk (the usual case: a chunk
+    # within one hour) is the same objects as the stream's view: dump once
+    for other, length in done:
+        if len(other) == len(records) and all(map(operator.is_, other, records)):
+            return length
+    length = len(orjson.dumps(records)) - 1
+    done.append((records, length))
+    return length
 
 
 def render_chunk(stream: Stream, chunk: Chunk) -> dict[str, bytes]:

@@ -1,0 +1,30 @@
+"""rendered_lengths: the index's view lengths without keeping the bytes."""
+
+from __future__ import annotations
+
+from fmtfs.render import render_views, rendered_lengths
+
+
+def _records(n: int) -> list[dict]:
+    return [{"i": i, "text": "é" * (i % 7), "nested": {"k": [i, None]}} for i in range(n)]
+
+
+def test_lengths_equal_the_rendered_bytes_when_a_bucket_holds_the_whole_chunk():
+    records = _records(50)
+    views = {"segments/0.jsonl": records, "buckets/2024-01-01T00.jsonl": list(records)}
+    assert rendered_lengths(views) == {v: len(b) for v, b in render_views(views).items()}
+
+
+def test_lengths_of_buckets_splitting_a_chunk():
+    records = _records(50)
+    views = {"s.jsonl": records, "b/0.jsonl": records[:20], "b/1.jsonl": records[20:], "empty.jsonl": []}
+    assert rendered_lengths(views) == {v: len(b) for v, b in render_views(views).items()}
+
+
+def test_a_view_of_the_same_length_but_other_records_is_dumped_on_its_own():
+    records = _records(10)
+    other = [dict(r, i=r["i"] + 1000) for r in records]  # equal count, different objects and lengths
+    views = {"a.jsonl": records, "b.jsonl": other}
+    lengths = rendered_lengths(views)
+    assert lengths["a.jsonl"] != lengths["b.jsonl"]
+    assert lengths == {v: len(b) for v, b in render_views(views).items()}
