@@ -28,6 +28,12 @@ BuildProgress = Callable[[int, int], None]
 # this many times its last build took (a live queue grows every second).
 REBUILD_SPACING = 5.0
 
+# Twins nobody asked for are built once no view was read for this long: a
+# build's child process would otherwise add its memory and I/O to a `cat`
+# or a Spark job reading the JSON views (a stat that needs a twin does not
+# wait for this).
+QUIET_SECONDS = 2.0
+
 
 def twins_of(tree: SourceTree) -> list[ParquetFile]:
     return [f for f in list(tree.files.values()) if isinstance(f, ParquetFile)]
@@ -81,6 +87,10 @@ class TwinBuilder:
     def _run(self) -> None:
         settled = -1  # a generation whose twins are all built or failed
         while not self.stopped:
+            if not self.requested and self._busy():
+                self.wake.wait(QUIET_SECONDS)
+                self.wake.clear()
+                continue
             generation = self.tree.generation
             if generation != settled or self.requested:
                 todo = self._todo()
@@ -91,6 +101,10 @@ class TwinBuilder:
                     settled = generation
             self.wake.wait(1.0)
             self.wake.clear()
+
+    def _busy(self) -> bool:
+        """Whether the tree's views are being read."""
+        return time.monotonic() - self.tree.last_read < QUIET_SECONDS
 
     def _todo(self) -> list[ParquetFile]:
         """Twins to build now, the ones asked for first."""

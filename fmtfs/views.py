@@ -470,6 +470,8 @@ class SourceTree:
         self.checked = 0.0
         self.last_write = float("-inf")  # time.monotonic() of the last write through the mount
         self.generation = 0  # bumps whenever the tree is rebuilt
+        # when a view was last read (monotonic): the twin builder waits for a quiet tree
+        self.last_read = 0.0
         self.refresh(force=True)
 
     def decode_in_workers(self) -> None:
@@ -701,6 +703,7 @@ class SourceTree:
             if path in self.created:
                 return b""
             raise FileNotFoundError(path)
+        self.last_read = time.monotonic()
         return view.read(offset, size)
 
     def native_files_of(self, path: str) -> list[Path] | None:

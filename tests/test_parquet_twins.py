@@ -107,6 +107,29 @@ def test_a_grown_view_keeps_its_old_twin_until_the_new_one_is_whole(tmp_path: Pa
     assert pq.read_table(new).column("data").to_pylist()[-1] == b"late"
 
 
+def test_the_background_builder_waits_while_views_are_read(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 2000)
+    tree = tree_of(source, tmp_path / "cache")
+    twin = tree.files[TWIN]
+    tree.read(VIEW, 0, 4096)  # a reader was there when the mount started its builder
+    builder = twinbuilder.TwinBuilder(tree).start()
+    try:
+        # a reader keeps the tree busy: nothing nobody asked for is built
+        reading_until = time.monotonic() + 2 * twinbuilder.QUIET_SECONDS + 1
+        while time.monotonic() < reading_until:
+            tree.read(VIEW, 0, 4096)
+            time.sleep(0.05)
+            assert not twin.built()
+        # quiet: the builder catches up on its own
+        deadline = time.monotonic() + 120
+        while not twin.built() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert twin.built()
+    finally:
+        builder.stop()
+
+
 # -- through real mounts ----------------------------------------------------------
 
 
@@ -331,6 +354,7 @@ def test_a_twin_nobody_stated_lately_is_rebuilt_without_the_old_bytes(tmp_path: 
     def add(fields: bytes) -> bytes:
         line = b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, "fields": ' + fields + b"}\n"
         tree.open_writer("segments/0.jsonl", False).write(line)
+        tree.refresh()  # as the stat after a write does in a mount
         return tree.read(path, 0, tree.size(path))  # a new field: rebuilt whole
 
     second = add(b'{"second": 1}')
