@@ -62,6 +62,7 @@ class ProioFormat(Format):
         self._fallbacks = fallbacks
         self._streams: dict[Path, ProioStream] = {}
         self._writers: dict[Path, ProioWriter] = {}
+        self._listed: dict[str, Path] | None = None  # encoded name -> file, as streams() last listed
 
     @classmethod
     def detect(cls, source: Path) -> bool:
@@ -76,7 +77,11 @@ class ProioFormat(Format):
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
-        for path in self._paths():
+        paths = self._paths()
+        # writable() and view_sources() answer from this listing: listing
+        # the folder per view made `ls -l` of N files O(N^2)
+        self._listed = {encode_name(p.name): p for p in paths}
+        for path in paths:
             stream = self._streams.get(path)
             if stream is None:
                 stream = self._streams[path] = ProioStream(path.name, path, self._fallbacks)
@@ -94,7 +99,10 @@ class ProioFormat(Format):
         """A file's `_summary.txt` reads that file only (the root one: all)."""
         parts = view_path.split("/")
         if len(parts) == 2 and parts[1] == "_summary.txt":
-            return [p for p in self._paths() if encode_name(p.name) == parts[0]] or None
+            listed = (
+                self._listed if self._listed is not None else {encode_name(p.name): p for p in self._paths()}
+            )
+            return [listed[parts[0]]] if parts[0] in listed else None
         return None
 
     def view_schema(self, view_path: str) -> ViewSchema | None:
@@ -156,6 +164,12 @@ class ProioFormat(Format):
             "descriptor_set": str(descriptor_set) if descriptor_set else None,
             "bundled_descriptors": sorted(bundled().blobs),
         }
+
+    def writable(self, view_path: str) -> bool:
+        if self._listed is None:
+            return super().writable(view_path)
+        parts = view_path.strip("/").split("/")
+        return len(parts) == 2 and parts[1] == "events.jsonl" and parts[0] in self._listed
 
     def writer(self, view_path: str, create: bool) -> Writer:
         parts = view_path.strip("/").split("/")
