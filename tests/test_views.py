@@ -186,7 +186,7 @@ def test_empty_streams_keep_their_views_when_the_index_is_reused(tmp_path: Path)
     assert second.writable("empty.log/records.jsonl")
 
 
-@pytest.mark.parametrize("name", ["wallaby", "kestrel", "beats", "proio"])
+@pytest.mark.parametrize("name", ["wallaby", "kestrel", "beats", "proio", "gvfs"])
 def test_cheap_writability_answers_as_constructing_a_writer_does(name: str, tmp_path: Path) -> None:
     """Formats answer writable() from their last listing (so `ls -l` of N
     streams stays O(N)); the answer must be the one writer() gives."""
