@@ -1,4 +1,5 @@
-"""One SparkSession per test module, local or on a local cluster."""
+"""One SparkSession per test module, local or on a local cluster, and the
+streaming run the streaming tests share."""
 
 from __future__ import annotations
 
@@ -36,3 +37,32 @@ def start_session(master: str, app: str, **conf: str) -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def fmtfs_session(master: str, app: str, **conf: str) -> SparkSession:
+    """start_session with fmtfs's data source registered as "fmtfs"."""
+    from fmtfs.spark import FmtfsDataSource
+
+    session = start_session(master, app, **conf)
+    session.dataSource.register(FmtfsDataSource)
+    return session
+
+
+def stream_available_now(
+    spark: SparkSession, source: Path, view: str, cache: Path, sink: Path, checkpoint: Path
+) -> None:
+    """Run a streaming query of `view` until it has delivered everything the
+    source holds now, into a JSON sink, from (and into) `checkpoint`."""
+    query = (
+        spark.readStream.format("fmtfs")
+        .option("view", view)
+        .option("cacheDir", str(cache))
+        .load(str(source))
+        .writeStream.format("json")
+        .option("path", str(sink))
+        .option("checkpointLocation", str(checkpoint))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination()
+    assert query.exception() is None

@@ -11,15 +11,13 @@ import pytest
 
 from fmtfs.formats import open_source
 from fmtfs.samples.beats import generate
-from fmtfs.spark import FmtfsDataSource
 from fmtfs.views import SourceTree
-from tests.sparking import start_session
+from tests.sparking import fmtfs_session, stream_available_now
 
 
 @pytest.fixture(scope="module")
 def spark():
-    session = start_session("local-cluster[2,1,1024]", "fmtfs-cluster", **{"spark.executor.memory": "768m"})
-    session.dataSource.register(FmtfsDataSource)
+    session = fmtfs_session("local-cluster[2,1,1024]", "fmtfs-cluster", **{"spark.executor.memory": "768m"})
     yield session
     session.stop()
 
@@ -59,19 +57,7 @@ def test_streaming_on_separate_executors_delivers_appends_once(spark, tmp_path: 
                 for n in range(250)
             ]
             open_source(source, None, {}).writer(f"segments/{newest}.jsonl", False).write(lines)
-        query = (
-            spark.readStream.format("fmtfs")
-            .option("view", "segments")
-            .option("cacheDir", str(tmp_path / "driver-cache"))
-            .load(str(source))
-            .writeStream.format("json")
-            .option("path", str(sink))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        assert query.exception() is None
+        stream_available_now(spark, source, "segments", tmp_path / "driver-cache", sink, checkpoint)
     delivered = spark.read.json(str(sink)).select("fields.message").collect()
     messages = [r[0] for r in delivered]
     want = [r["fields"]["message"] for r in view_records(source, tmp_path / "c", f"segments/{newest}.jsonl")]

@@ -16,9 +16,8 @@ from fmtfs.formats.kestrel import KestrelFormat
 from fmtfs.formats.kestrel.records import WRITER_MAGIC
 from fmtfs.formats.wallaby import WallabyWriter, create_pair
 from fmtfs.shape import format_time
-from fmtfs.spark import FmtfsDataSource
 from fmtfs.spark.timefilter import TimeTest
-from tests.sparking import start_session
+from tests.sparking import fmtfs_session
 
 DAY = datetime(2024, 3, 1, tzinfo=UTC)
 DAY_NS = int(DAY.timestamp()) * 1_000_000_000
@@ -27,8 +26,7 @@ HOUR_NS = 3600 * 1_000_000_000
 
 @pytest.fixture(scope="module")
 def spark():
-    session = start_session("local[2]", "fmtfs-pushdown")
-    session.dataSource.register(FmtfsDataSource)
+    session = fmtfs_session("local[2]", "fmtfs-pushdown")
     yield session
     session.stop()
 

@@ -16,15 +16,13 @@ import pytest
 from fmtfs.formats import open_source
 from fmtfs.formats.kestrel.records import WRITER_MAGIC
 from fmtfs.render import parse_lines
-from fmtfs.spark import FmtfsDataSource
 from fmtfs.views import SourceTree
-from tests.sparking import start_session
+from tests.sparking import fmtfs_session, stream_available_now
 
 
 @pytest.fixture(scope="module")
 def spark():
-    session = start_session("local[2]", "fmtfs-streaming")
-    session.dataSource.register(FmtfsDataSource)
+    session = fmtfs_session("local[2]", "fmtfs-streaming")
     yield session
     session.stop()
 
@@ -117,19 +115,7 @@ def test_restarted_queries_deliver_every_appended_record_once(spark, tmp_path, n
     for step in range(3):
         change(source, step)
         expected |= view_lines(source, tmp_path / "cache-check", view)
-        query = (
-            spark.readStream.format("fmtfs")
-            .option("view", view)
-            .option("cacheDir", str(cache))
-            .load(str(source))
-            .writeStream.format("json")
-            .option("path", str(sink))
-            .option("checkpointLocation", str(checkpoint))
-            .trigger(availableNow=True)
-            .start()
-        )
-        query.awaitTermination()
-        assert query.exception() is None
+        stream_available_now(spark, source, view, cache, sink, checkpoint)
     delivered = spark.read.json(str(sink))
     want = spark.read.schema(delivered.schema).json(
         spark.sparkContext.parallelize([line.decode() for line in expected.values()])

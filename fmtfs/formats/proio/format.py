@@ -80,7 +80,7 @@ class ProioFormat(Format):
         paths = self._paths()
         # writable() and view_sources() answer from this listing: listing
         # the folder per view made `ls -l` of N files O(N^2)
-        self._listed = {encode_name(p.name): p for p in paths}
+        self._listed = _by_name(paths)
         for path in paths:
             stream = self._streams.get(path)
             if stream is None:
@@ -99,9 +99,7 @@ class ProioFormat(Format):
         """A file's `_summary.txt` reads that file only (the root one: all)."""
         parts = view_path.split("/")
         if len(parts) == 2 and parts[1] == "_summary.txt":
-            listed = (
-                self._listed if self._listed is not None else {encode_name(p.name): p for p in self._paths()}
-            )
+            listed = self._listed if self._listed is not None else _by_name(self._paths())
             return [listed[parts[0]]] if parts[0] in listed else None
         return None
 
@@ -173,7 +171,7 @@ class ProioFormat(Format):
 
     def writer(self, view_path: str, create: bool) -> Writer:
         parts = view_path.strip("/").split("/")
-        names = {encode_name(p.name): p for p in self._paths()}
+        names = _by_name(self._paths())
         if len(parts) < 2 or (parts[0] not in names and not (create and len(parts) == 2)):
             raise FileNotFoundError(view_path)
         if parts[1:] != ["events.jsonl"]:
@@ -189,3 +187,8 @@ class ProioFormat(Format):
         if writer is None:
             writer = self._writers[path] = ProioWriter(path, self._fallbacks)
         return writer
+
+
+def _by_name(paths: list[Path]) -> dict[str, Path]:
+    """Stream files by the encoded name their views' folder has."""
+    return {encode_name(p.name): p for p in paths}
