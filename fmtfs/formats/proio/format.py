@@ -118,7 +118,7 @@ class ProioFormat(Format):
             return columns.EVENT_VIEW
         if len(parts) != 3 or parts[1] != "types":
             return None
-        path = {encode_name(p.name): p for p in self._paths()}.get(parts[0])
+        path = _by_name(self._paths()).get(parts[0])
         if path is None:
             return None
         src = _Source(path)
