@@ -3,10 +3,15 @@
 
     python scripts/spark_query.py MOUNTPOINT VIEW_FOLDER [COLUMN]
 
-Reads VIEW_FOLDER (relative to MOUNTPOINT) with spark.read.json in local
-mode, prints its record count, then the row counts grouped by COLUMN (by
-default the top-level text column with the fewest distinct values, or the
-hour of the first time column)."""
+Reads the record views directly in VIEW_FOLDER (relative to MOUNTPOINT)
+with spark.read.json in local mode, prints their record count, then the
+row counts grouped by COLUMN (by default the top-level text column with
+the fewest distinct values, or the hour of the first time column).
+
+The views are named by the glob `VIEW_FOLDER/*.jsonl`, not by the folder:
+Spark lists a folder recursively (partition discovery) before it ignores
+the files of plain subfolders, so a folder with `buckets/` would cost a
+stat of every bucket view per query."""
 
 from __future__ import annotations
 
@@ -37,7 +42,7 @@ def main() -> int:
     )
     spark.sparkContext.setLogLevel("ERROR")
     try:
-        df = spark.read.json(str(mount / folder))
+        df = spark.read.json(str(mount / folder / "*.jsonl"))
         print(f"{folder}: {df.count()} records")
         column = sys.argv[3] if len(sys.argv) == 4 else pick_column(df, F, StringType)
         if column is None:

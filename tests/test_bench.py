@@ -21,6 +21,8 @@ FIGURES = {"first_mount", "cold_cat", "warm_cat", "peak_rss_mb", "ls_20", "write
 SPARK_FIGURES = {
     "spark_json_first",
     "spark_json_second",
+    "spark_glob_first",
+    "spark_glob_second",
     "data_source",
     "data_source_again",
     "time_filter",
@@ -70,6 +72,13 @@ def test_only_runs_the_figures_named(tmp_path: Path) -> None:
 
 def test_help_names_every_figure() -> None:
     done = subprocess.run([sys.executable, str(BENCH), "--help"], capture_output=True, text=True, check=True)
-    documented = FIGURES - {"ls_20"} | {"ls_N", "spark_json", "data_source", "python_ds_start", "time_filter"}
+    documented = FIGURES - {"ls_20"} | {
+        "ls_N",
+        "spark_json",
+        "spark_glob",
+        "data_source",
+        "python_ds_start",
+        "time_filter",
+    }
     for name in documented:
         assert name in done.stdout, name

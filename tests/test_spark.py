@@ -187,6 +187,19 @@ def test_spark_reads_json_views_over_the_mount(spark, sources, name) -> None:
 
 
 @pytest.mark.parametrize("name", FORMATS)
+def test_spark_reads_a_folders_views_by_glob(spark, sources, name) -> None:
+    """`spark.read.json("<folder>/*.jsonl")`, as the README and
+    scripts/spark_query.py name a folder's views (Spark lists a folder
+    recursively, its bucket views included, before ignoring subfolders),
+    reads exactly the folder's own views: none of a subfolder, no `_` file."""
+    _, _, mnt = sources[name]
+    for rel, files in view_folders(mnt).items():
+        df = spark.read.json(str(mnt / rel / "*.jsonl"))
+        assert sorted(Path(p.removeprefix("file:")).name for p in df.inputFiles()) == [f.name for f in files]
+        assert row_texts(df.collect()) == record_texts(read_records(files), df.schema), rel
+
+
+@pytest.mark.parametrize("name", FORMATS)
 def test_spark_reads_parquet_twins_over_the_mount(spark, sources, name) -> None:
     _, _, mnt = sources[name]
     for rel, files in view_folders(mnt).items():
