@@ -113,6 +113,7 @@ class DecodePool:
         self._pool: ProcessPoolExecutor | None = None
         self._context = multiprocessing.get_context("spawn")
         self._progress: Any = None  # the queue scans report chunks on
+        self._warmups: list[Future] = []  # one no-op per worker: all done once every worker is up
 
     def _executor(self) -> ProcessPoolExecutor:
         if self._pool is None:
@@ -126,8 +127,8 @@ class DecodePool:
                     initializer=_open,
                     initargs=(*self._args, self._progress, os.getpid()),
                 )
-                for _ in range(self.workers):  # every worker starts now, on the quiet streams
-                    self._pool.submit(_ready)
+                # every worker starts now, on the quiet streams
+                self._warmups = [self._pool.submit(_ready) for _ in range(self.workers)]
         return self._pool
 
     def _submit(self, fn, *args) -> Future:
@@ -141,6 +142,18 @@ class DecodePool:
         """Start every worker now (each takes a second to import fmtfs), so
         the first reads do not wait for them."""
         self._executor()
+
+    @property
+    def ready(self) -> bool:
+        """Whether every worker has started (imported fmtfs, opened the
+        source): until then a chunk sent to the pool waits for a worker."""
+        return self._pool is not None and all(future.done() for future in self._warmups)
+
+    def wait_ready(self) -> None:
+        """Start the workers if need be and wait until every one is up."""
+        self._executor()
+        for future in self._warmups:
+            future.result()
 
     def submit(self, stream: str, start: int, end: int, state: State) -> Future[dict[str, bytes]]:
         return self._submit(_render_chunk, stream, start, end, state)

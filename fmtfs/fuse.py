@@ -5,7 +5,9 @@ raised from a handler would end pyfuse3.main and kill the mount.
 
 Threading: the trio loop answers every request; work that decodes (reads,
 refreshes, writes) runs in trio's worker threads so one slow chunk never
-blocks the loop serving other requests.  The tree and index hand those
+blocks the loop serving other requests.  A read whose bytes are already
+rendered in memory is answered by the loop itself (a thread hop cost more
+than the slice).  The tree and index hand those
 threads immutable snapshots (fmtfs.index), so reads take no lock.  Read-only
 opens of indexed views keep the kernel's page cache (`keep_cache`): a second
 `cat` never reaches us.  When a view changes (growth noticed by the poller
@@ -300,6 +302,9 @@ class FmtfsOperations(pyfuse3.Operations):
         if twin is not None:
             return twin.read(off, size)
         log.debug("read %s at %d, %d bytes", path, off, size)  # tests count these
+        data = self.tree.read_in_memory(path, off, size)
+        if data is not None:  # already rendered: answered here, no thread hop
+            return data
         return await trio.to_thread.run_sync(self.tree.read, path, off, size)
 
     @_errors_to_fuse

@@ -177,6 +177,14 @@ class RenderedChunks:
                 return data
         return self.spill.get(key) if self.spill is not None else None
 
+    def in_memory(self, key: tuple) -> bytes | None:
+        """The piece if it is in the LRU itself (never read from disk)."""
+        with self.lock:
+            data = self.items.get(key)
+            if data is not None:
+                self.items.move_to_end(key)
+            return data
+
     def __contains__(self, key: tuple) -> bool:
         """Whether get() would find the piece (without reading it from disk)."""
         with self.lock:
@@ -488,6 +496,18 @@ class Index:
 
     def read(self, entry: StreamEntry, view: str, offset: int, size: int) -> bytes:
         """Bytes [offset, offset+size) of `view`, rendering only the chunks hit."""
+        data = self._read(entry, view, offset, size, self._slice)
+        assert data is not None  # _slice always finds the bytes
+        return data
+
+    def read_in_memory(self, entry: StreamEntry, view: str, offset: int, size: int) -> bytes | None:
+        """read()'s bytes if every piece they come from is in the LRU, else
+        None.  No decode, no disk, no wait: the FUSE loop answers with it
+        itself, since handing a request to a thread cost more than slicing
+        the bytes (py-spy of a re-read)."""
+        return self._read(entry, view, offset, size, self._slice_in_memory)
+
+    def _read(self, entry: StreamEntry, view: str, offset: int, size: int, fetch) -> bytes | None:
         pieces = entry.views.get(view)
         if pieces is None or offset >= pieces.size or size <= 0:
             return b""
@@ -496,21 +516,51 @@ class Index:
         end = min(offset + size, pieces.size)
         while offset < end and i < len(pieces.seqs):
             piece_start = pieces.ends[i - 1] if i else 0
-            data = self.piece(entry, view, pieces.seqs[i])
-            out.append(data[offset - piece_start : end - piece_start])
+            data = fetch(entry, view, pieces.seqs[i], offset - piece_start, end - piece_start)
+            if data is None:
+                return None
+            out.append(data)
             offset = pieces.ends[i]
             i += 1
         return b"".join(out)
 
+    def _slice(self, entry: StreamEntry, view: str, seq: int, start: int, end: int) -> bytes:
+        """Bytes [start, end) of a chunk's piece: from the LRU, else the
+        spill file (only those bytes), else rendered."""
+        data = self._slice_in_memory(entry, view, seq, start, end)
+        if data is None and self.rendered.spill is not None:
+            data = self.rendered.spill.get((*self._chunk_key(entry, seq), view), start, end)
+        if data is None:
+            data = self.piece(entry, view, seq)[start:end]
+        return data
+
+    def _slice_in_memory(self, entry: StreamEntry, view: str, seq: int, start: int, end: int) -> bytes | None:
+        data = self.rendered.in_memory((*self._chunk_key(entry, seq), view))
+        if data is None:
+            return None
+        if self.pool is not None and self.pool.ready:
+            # keep the workers busy: a reader going forward finds the next
+            # chunks decoded, instead of waiting at every 2 x workers chunks
+            self._decode_ahead(entry, seq + 1, view, wait=False)
+        return data[start:end]
+
+    @staticmethod
+    def _chunk_key(entry: StreamEntry, seq: int) -> tuple:
+        # what a chunk renders to depends on its file and bounds only
+        meta = entry.chunks[seq]
+        return (entry.stream.name, entry.identity.inode, meta.start, meta.end)
+
     def piece(self, entry: StreamEntry, view: str, seq: int) -> bytes:
         meta = entry.chunks[seq]
-        # what a chunk renders to depends on its file and bounds only
-        chunk_key = (entry.stream.name, entry.identity.inode, meta.start, meta.end)
+        chunk_key = self._chunk_key(entry, seq)
         data = self.rendered.get((*chunk_key, view))
         if data is not None:
             return data
-        if self.pool is not None:
+        # workers still starting (a second each) do not keep the first reader
+        # waiting: it decodes here until they are up
+        if self.pool is not None and (self.pool.ready or chunk_key in self._pending):
             future = self._decode_ahead(entry, seq, view)
+            assert future is not None
             try:
                 return future.result().get(view, b"")
             except Exception:  # noqa: BLE001 - a worker that died: decode here, reporting as ever
@@ -536,15 +586,19 @@ class Index:
                 del self._flights[chunk_key]
             flight.set()
 
-    def _decode_ahead(self, entry: StreamEntry, seq: int, view: str) -> Future:
+    def _decode_ahead(self, entry: StreamEntry, seq: int, view: str, wait: bool = True) -> Future | None:
         """Send chunk `seq` and the next few of its stream to the pool (those
-        neither rendered nor on their way); returns the future of `seq`."""
+        neither rendered nor on their way); returns the future of `seq`.
+        With wait=False (a reader of chunk seq-1 keeping the pool busy) `seq`
+        is sent only if not rendered either, and nothing is returned."""
         assert self.pool is not None
+        if seq >= len(entry.chunks):
+            return None
         name, inode = entry.stream.name, entry.identity.inode
         # ahead only for a reader going forward (the chunk before this one was
         # just read): the kernel drops a few pages of a kept view now and then,
         # and a warm re-read missing one of them must not decode 2×workers chunks
-        ahead = 2 * self.pool.workers if self._sequential(entry, seq, view) else 1
+        ahead = 2 * self.pool.workers if self._sequential(entry, seq, view) else int(wait)
         submitted: list[tuple[tuple, Future]] = []
         with self._flights_lock:
             wanted = None
@@ -552,14 +606,15 @@ class Index:
                 meta = entry.chunks[s]
                 key = (name, inode, meta.start, meta.end)
                 future = self._pending.get(key)
-                if future is None and (s == seq or (*key, view) not in self.rendered):
-                    if s > seq and len(self._pending) >= 2 * ahead:
+                needed = wait and s == seq
+                if future is None and (needed or (*key, view) not in self.rendered):
+                    if not needed and len(self._pending) >= 2 * ahead:
                         break  # enough decoded ahead already: memory stays bounded
                     future = self._pending[key] = self.pool.submit(name, meta.start, meta.end, meta.state)
                     submitted.append((key, future))
                 if s == seq:
                     wanted = future
-            assert wanted is not None
+            assert wanted is not None or not wait
         # outside the lock: a future already done runs its callback right here,
         # and _landed takes the lock itself
         for key, future in submitted:

@@ -54,14 +54,17 @@ class SpilledPieces:
         with self._lock:
             return key in self._where
 
-    def get(self, key: tuple) -> bytes | None:
+    def get(self, key: tuple, start: int = 0, end: int | None = None) -> bytes | None:
+        """The piece's bytes [start, end) (all of it by default): a FUSE
+        request wants at most 1 MiB of a piece, so only that is read."""
         with self._lock:
             found = self._where.get(key)
             if found is None:
                 return None
             self.served += 1
         at, length = found
-        return os.pread(self._fd, length, at)
+        end = length if end is None else min(end, length)
+        return os.pread(self._fd, max(0, end - start), at + start)
 
     def drop_stream(self, name: str) -> None:
         """Forget a stream's pieces (its file was replaced); their bytes stay

@@ -182,6 +182,10 @@ class IndexedFile(ViewFile):
         # no lock: the entry is an immutable snapshot (see fmtfs.index)
         return self.index.read(self.entry, self.view, offset, size)
 
+    def read_in_memory(self, offset: int, size: int) -> bytes | None:
+        """read() if its bytes are rendered in memory already, else None."""
+        return self.index.read_in_memory(self.entry, self.view, offset, size)
+
     def records(self):
         return self.index.records(self.entry, self.view)
 
@@ -705,6 +709,15 @@ class SourceTree:
             raise FileNotFoundError(path)
         self.last_read = time.monotonic()
         return view.read(offset, size)
+
+    def read_in_memory(self, path: str, offset: int, size: int) -> bytes | None:
+        """read() without decoding, disk or waiting, or None: an indexed
+        view whose bytes are in the rendered-piece LRU."""
+        view = self.files.get(path)
+        if not isinstance(view, IndexedFile):
+            return None
+        self.last_read = time.monotonic()
+        return view.read_in_memory(offset, size)
 
     def native_files_of(self, path: str) -> list[Path] | None:
         """The native files a view is decoded from (fmtfs.permissions derives

@@ -121,6 +121,7 @@ def test_a_worker_that_finishes_before_its_callback_is_added_does_not_hang_the_r
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
     tree.decode_in_workers()
     pool = tree.index.pool
+    pool.wait_ready()  # a pool still starting is not used: reads decode in process meanwhile
     real_submit = pool.submit
 
     def submit_and_finish(*args):
@@ -139,3 +140,62 @@ def test_a_worker_that_finishes_before_its_callback_is_added_does_not_hang_the_r
         tree.close()
     whole = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
     assert results == [whole[: 1 << 20]]
+
+
+@pytest.fixture()
+def many_chunks(tmp_path: Path) -> Path:
+    folder = tmp_path / "big"
+    folder.mkdir()
+    return generate(folder, 40_000)
+
+
+def test_a_read_of_rendered_bytes_needs_no_decode_and_equals_read(many_chunks: Path, tmp_path: Path) -> None:
+    """The FUSE loop answers from memory only what is rendered already
+    (read_in_memory); anything else is None, for a thread to render."""
+    source = many_chunks
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    view = tree.file(RECORDS)
+    assert isinstance(view, IndexedFile)
+    ends = view.entry.views[RECORDS].ends
+    assert len(ends) >= 2
+    across = (ends[0] - 100, 4096)  # the end of chunk 0 and the start of chunk 1
+    assert tree.read_in_memory(RECORDS, 0, 4096) is None  # nothing rendered yet
+    first = tree.read(RECORDS, 0, 4096)
+    assert tree.read_in_memory(RECORDS, 0, 4096) == first
+    assert tree.read_in_memory(RECORDS, *across) is None  # chunk 1 is not rendered
+    joined = tree.read(RECORDS, *across)
+    assert tree.read_in_memory(RECORDS, *across) == joined
+    assert tree.read_in_memory(RECORDS, view.size(), 4096) == b""
+    whole = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+    assert first == whole[:4096] and joined == whole[across[0] : across[0] + 4096]
+    tree.close()
+
+
+def test_a_reader_going_forward_keeps_the_workers_decoding_ahead(many_chunks: Path, tmp_path: Path) -> None:
+    """Reading a rendered chunk sends the next few to the workers, so a
+    sequential reader never waits for a chunk it could have had decoded."""
+    tree = SourceTree(open_source(many_chunks, None, {}), tmp_path / "cache")
+    tree.decode_in_workers()
+    pool = tree.index.pool
+    pool.wait_ready()
+    view = tree.file(RECORDS)
+    assert isinstance(view, IndexedFile)
+    index, entry = tree.index, view.entry
+    seqs = entry.views[RECORDS].seqs
+    ahead = 2 * pool.workers
+    assert len(seqs) > ahead + 2
+    try:
+        tree.read(RECORDS, 0, 4096)  # a miss: chunks 0 .. ahead-1 go to the workers
+        for future in list(index._pending.values()):
+            future.result()
+        last_ahead = entry.chunks[seqs[ahead]]
+        key = (entry.stream.name, entry.identity.inode, last_ahead.start, last_ahead.end, RECORDS)
+        assert key not in index.rendered  # not asked for yet
+        # a read of chunk 1, rendered already, sends the chunks after it
+        start_of_1 = entry.views[RECORDS].ends[0]
+        assert tree.read_in_memory(RECORDS, start_of_1, 4096) is not None
+        for future in list(index._pending.values()):
+            future.result()
+        assert key in index.rendered
+    finally:
+        tree.close()

@@ -48,6 +48,8 @@ def test_the_scratch_file_keeps_no_more_than_its_limit(tmp_path: Path) -> None:
     spill.put(("s", 1, 0, 6, "v"), b"abcdef")
     spill.put(("s", 1, 6, 12, "v"), b"ghijkl")  # past the limit: not kept
     assert spill.get(("s", 1, 0, 6, "v")) == b"abcdef"
+    assert spill.get(("s", 1, 0, 6, "v"), 2, 5) == b"cde"  # only what a request wants
+    assert spill.get(("s", 1, 0, 6, "v"), 4, 99) == b"ef"
     assert ("s", 1, 6, 12, "v") not in spill and spill.get(("s", 1, 6, 12, "v")) is None
     spill.drop_stream("s")
     assert spill.get(("s", 1, 0, 6, "v")) is None
