@@ -43,12 +43,18 @@ def render_views(records_by_view: dict[str, list[Record]]) -> dict[str, bytes]:
     return {view: render_lines(records) for view, records in records_by_view.items()}
 
 
-def rendered_lengths(records_by_view: dict[str, list[Record]]) -> dict[str, int]:
+def rendered_lengths(
+    records_by_view: dict[str, list[Record]], known: dict[str, int] | None = None
+) -> dict[str, int]:
     """len() of every view's render_views() bytes, without keeping them.
     One orjson call per view: `[a,b,c]` is as long as `a\nb\nc\n` plus one
     (two brackets and n-1 commas for n newlines), and dumping a list at once
-    is much cheaper than dumping its records one by one."""
-    done: list[tuple[list[Record], int]] = []  # lists dumped so far, with their lengths
+    is much cheaper than dumping its records one by one.  `known`: lengths
+    the scan learnt already (Chunk.lengths), not dumped again."""
+    # lists measured so far, with their lengths
+    done = [
+        (records_by_view[view], length) for view, length in (known or {}).items() if view in records_by_view
+    ]
     return {view: _length(records, done) if records else 0 for view, records in records_by_view.items()}
 
 

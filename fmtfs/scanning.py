@@ -48,7 +48,7 @@ def scan_stream(stream: Stream, start: int | None, state: State | None, progress
                 out.problems.append(item)
                 continue
             count = len(next(iter(item.records.values()))) if item.records else 0
-            lengths = rendered_lengths(item.records)
+            lengths = rendered_lengths(item.records, item.lengths)
             item.records = {}  # freed now, not when the next chunk replaces it
             out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
             if progress is not None:

@@ -28,3 +28,26 @@ def test_a_view_of_the_same_length_but_other_records_is_dumped_on_its_own():
     lengths = rendered_lengths(views)
     assert lengths["a.jsonl"] != lengths["b.jsonl"]
     assert lengths == {v: len(b) for v, b in render_views(views).items()}
+
+
+def test_a_length_the_scan_knows_is_taken_and_shared_by_a_bucket_of_the_same_records():
+    records = _records(30)
+    views = {"segments/0.jsonl": records, "buckets/h.jsonl": list(records)}
+    told = 12345  # not the real length: proves it was taken, not recomputed
+    assert rendered_lengths(views, {"segments/0.jsonl": told}) == {
+        "segments/0.jsonl": told,
+        "buckets/h.jsonl": told,
+    }
+
+
+def test_the_beats_scan_tells_the_segment_views_length_from_its_json_check(tmp_path):
+    from fmtfs.formats import open_source
+    from fmtfs.samples.beats import generate
+
+    generate(tmp_path, 5_000, segments=1)
+    (stream,) = open_source(tmp_path, None, {}).streams()
+    chunks = [c for c in stream.scan(None, None) if hasattr(c, "lengths")]
+    assert chunks
+    for chunk in chunks:
+        assert set(chunk.lengths) == {stream.view}
+        assert chunk.lengths[stream.view] == len(render_views(chunk.records)[stream.view])

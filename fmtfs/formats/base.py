@@ -85,6 +85,10 @@ class Chunk:
     # whose records carry a time; None when none of them does.  Kept in the
     # index so time filters and time buckets can skip whole chunks.
     times: tuple[int, int] | None = None
+    # Rendered lengths (bytes of JSON Lines) of views a scan knows already,
+    # because it dumped their records anyway (Beats checks every chunk with
+    # one orjson pass): the index takes them instead of dumping again.
+    lengths: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

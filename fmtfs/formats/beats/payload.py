@@ -187,16 +187,17 @@ def sanitize(value: Any) -> Any:
     return str(value)
 
 
-def check_json(records: list[Record]) -> tuple[list[Record], bool]:
+def check_json(records: list[Record]) -> tuple[list[Record], bool, int | None]:
     """Make sure orjson can render every record; sanitize only when needed
     (one orjson pass per chunk is far cheaper than walking every value).
-    Returns the records and whether they had to be sanitized, which the
-    chunk state remembers so decode() sanitizes without re-checking."""
+    Returns the records, whether they had to be sanitized (the chunk state
+    remembers it so decode() sanitizes without re-checking), and the length
+    of their JSON Lines when the check's dump tells it (`[a,b]` is one byte
+    longer than `a\nb\n`), so a scan need not dump them again."""
     try:
-        orjson.dumps(records)
-        return records, False
+        return records, False, len(orjson.dumps(records)) - 1
     except TypeError:
-        return [sanitize(r) for r in records], True
+        return [sanitize(r) for r in records], True, None
 
 
 # -- written lines -> payloads -------------------------------------------------

@@ -55,6 +55,7 @@ class Run:
     state: dict[str, Any]
     records: list[Any]
     positions: list[int] = field(default_factory=list)  # logical offsets (if asked)
+    rendered_length: int | None = None  # bytes of the records' JSON Lines, when checking told it
 
 
 def _map(path: Path) -> memoryview:
@@ -178,13 +179,13 @@ class Segment:
             yield from self._linear_runs((state or {}).get("pos", 0), positions)
 
     @staticmethod
-    def _checked(records: list[Any], state: dict[str, Any], check: bool) -> list[Any]:
+    def _checked(records: list[Any], state: dict[str, Any], check: bool) -> tuple[list[Any], int | None]:
         if not check:
-            return records
-        records, dirty = check_json(records)
+            return records, None
+        records, dirty, length = check_json(records)
         if dirty:
             state["sanitize"] = True
-        return records
+        return records, length
 
     def runs_from(self, start: int | None, state: dict[str, Any] | None) -> Iterator[Run | Problem]:
         """runs() for Stream.scan: a chunk state, or only a native offset."""
@@ -215,13 +216,14 @@ class Segment:
             yield from self._emit(w, base, d)
             if w.records:
                 state = {"pos": p}
-                records = self._checked(w.records, state, check)
+                records, length = self._checked(w.records, state, check)
                 yield Run(
                     d + p,
                     d + new_p,
                     state,
                     records,
                     [logical + base + x for x in w.positions],
+                    length,
                 )
             status = w.status
             if status == fr.MORE or (status in (fr.END, fr.PARTIAL) and not at_eof and w.records):
@@ -315,13 +317,14 @@ class Segment:
                 # "stop" (uncompressed resume point) lets decode() end exactly
                 # where this run ends: chunk.end alone names only a block.
                 start_state = {"block": held[0].c, "u": base_u, "skip": s, "stop": nu + ns, **extra}
-                records = self._checked(w.records, start_state, check)
+                records, length = self._checked(w.records, start_state, check)
                 yield Run(
                     d + held[0].c,
                     d + nc,
                     start_state,
                     records,
                     [logical + base_u + x for x in w.positions],
+                    length,
                 )
             if status == fr.MORE or (status in (fr.END, fr.PARTIAL) and not exhausted):
                 buf = buf[off:]

@@ -66,7 +66,8 @@ class SegmentStream(Stream):
                 seg.drop_pages()  # the mount's RSS stays small however big the queue
                 times = text_range((r.get(TIME_KEY) for r in item.records), "ns")
                 views = self._views(item.records)
-                yield Chunk(item.start, item.end, item.state, views, times=times)
+                known = {} if item.rendered_length is None else {self.view: item.rendered_length}
+                yield Chunk(item.start, item.end, item.state, views, times=times, lengths=known)
             else:
                 yield item
 
