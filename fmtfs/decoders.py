@@ -21,7 +21,8 @@ import queue
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections import deque
+from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
@@ -31,6 +32,9 @@ from typing import Any
 from fmtfs.formats.base import Chunk, Format, State, Stream
 from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, scan_stream
+
+# scans a job in the calling process: (job key, tick) -> what scan_all returns for it
+ScanHere = Callable[[Any, Callable[[], None]], "Scanned | BaseException"]
 
 # this worker process's format, its streams by name, and where scans report progress
 _format: Format | None = None
@@ -159,22 +163,43 @@ class DecodePool:
         return self._submit(_render_chunk, stream, start, end, state)
 
     def scan_all(
-        self, jobs: dict[Any, tuple[str, int | None, State | None]], progress: Progress | None
+        self,
+        jobs: dict[Any, tuple[str, int | None, State | None]],
+        progress: Progress | None,
+        here: ScanHere | None = None,
     ) -> dict[Any, Scanned | BaseException]:
         """Scan streams at once: key -> (stream name, start, state) in, key ->
         what the scan found (or why it failed) out.  `progress` is told of
-        every chunk, in this thread, as the workers report them."""
-        futures = {self._submit(_scan, *job): key for key, job in jobs.items()}
+        every chunk, in this thread, as the workers report them.  Workers
+        take jobs from the front, one each at a time; `here(key, tick)`, if
+        given, scans a job in this process, taking them from the back and
+        calling tick() between chunks (tick hands freed workers their next
+        job and reports their progress): this process scans while the
+        workers start (a second each) instead of waiting for them."""
+        todo = deque(jobs)
+        running: dict[Future, Any] = {}
         out: dict[Any, Scanned | BaseException] = {}
-        waiting = set(futures)
-        while waiting:
-            done, waiting = wait(waiting, timeout=0.1, return_when=FIRST_COMPLETED)
-            # a worker reports a chunk before it returns its scan, so what
-            # is queued now covers every scan found done
+
+        def tick() -> None:
+            # a worker reports a chunk before it returns its scan, so what is
+            # queued now covers every scan found done below
             self._report(progress)
-            for future in done:
+            for future in [f for f in running if f.done()]:
+                key = running.pop(future)
                 error = future.exception()
-                out[futures[future]] = future.result() if error is None else error
+                out[key] = future.result() if error is None else error
+            while todo and len(running) < self.workers:
+                key = todo.popleft()
+                running[self._submit(_scan, *jobs[key])] = key
+
+        tick()
+        while todo or running:
+            if todo and here is not None:
+                key = todo.pop()
+                out[key] = here(key, tick)
+            elif running:
+                wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
+            tick()
         return out
 
     def _report(self, progress: Progress | None) -> None:

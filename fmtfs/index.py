@@ -28,6 +28,7 @@ import logging
 import sqlite3
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -297,7 +298,9 @@ class Index:
         """update() of every stream, in order; a stream that fails gives its
         exception in its place (the others are indexed).  With `pool`, and
         at least two streams to scan holding `parallel_bytes` in all, the
-        scans run in its worker processes at once (their progress reaches
+        scans run in its worker processes at once and in this process too
+        (which takes streams from the end of the list while the workers
+        start and take them from the front; their progress reaches
         `progress` chunk by chunk); the SQLite writes stay here.  A scan a
         worker could not finish is done again in this process."""
         with self.lock:
@@ -315,14 +318,35 @@ class Index:
             self.db.commit()  # a failing scan's rollback must not undo the others' plans
             to_scan = sum(job.identity.size - (job.start or 0) for job in jobs.values())
             scanned: dict[int, Scanned | BaseException] = {}
+            failed_here: set[int] = set()  # scans this process ran and saw fail: not run again
+
+            def here(i: int, tick: Callable[[], None]) -> Scanned | BaseException:
+                job = jobs[i]
+
+                def told(size: int, count: int) -> None:
+                    if progress is not None:
+                        progress(size, count)
+                    tick()
+
+                try:
+                    return scan_stream(job.entry.stream, job.start, job.state, told)
+                except Exception as exc:  # noqa: BLE001 - reported in the stream's place below
+                    failed_here.add(i)
+                    return exc
+
             if pool is not None and len(jobs) >= 2 and to_scan >= parallel_bytes:
-                log.info("scanning %d streams in %d worker processes", len(jobs), pool.workers)
+                log.info("scanning %d streams here and in %d worker processes", len(jobs), pool.workers)
                 scanned = pool.scan_all(
-                    {i: (job.entry.stream.name, job.start, job.state) for i, job in jobs.items()}, progress
+                    {i: (job.entry.stream.name, job.start, job.state) for i, job in jobs.items()},
+                    progress,
+                    here,
                 )
             for i, job in jobs.items():
                 found = scanned.get(i)
                 try:
+                    if i in failed_here:
+                        assert isinstance(found, BaseException)
+                        raise found
                     if not isinstance(found, Scanned):
                         if found is not None:
                             log.warning(

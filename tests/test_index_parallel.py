@@ -81,6 +81,30 @@ def test_the_workers_build_the_chunk_table_a_serial_scan_builds(
     assert again == serial and told_again.calls == 0
 
 
+def test_the_indexing_process_scans_too_while_the_workers_take_the_first_streams(
+    pool_source: tuple[Format, DecodePool], tmp_path: Path
+) -> None:
+    """Four streams, two workers: the workers take the first two, this
+    process the last ones (it never waits idle for workers to start)."""
+    fmt, pool = pool_source
+    streams = fmt.streams()  # the very objects this process scans (not the workers' own)
+    scanned_here: list[str] = []
+    for stream in streams:
+        real_scan = stream.scan
+
+        def counting_scan(start, state, stream=stream, real_scan=real_scan):
+            scanned_here.append(stream.name)
+            return real_scan(start, state)
+
+        stream.scan = counting_scan
+    serial, _ = index(tmp_path / "serial", streams)
+    scanned_here.clear()
+    parallel, told = index(tmp_path / "parallel", streams, pool)
+    assert parallel == serial
+    assert scanned_here and set(scanned_here) <= {s.name for s in streams[pool.workers :]}
+    assert told.records == 12_000 - 1  # every chunk reported once, wherever it was scanned
+
+
 def test_grown_streams_are_resumed_in_the_workers(tmp_path: Path) -> None:
     source = tmp_path / "logs"
     source.mkdir()
@@ -117,7 +141,8 @@ def test_a_stream_a_worker_cannot_scan_is_scanned_in_process(
     stranger = tmp_path / "elsewhere" / "7.seg"
     stranger.parent.mkdir()
     stranger.write_bytes((fmt.source / "1.seg").read_bytes())
-    streams = [*fmt.streams()[:2], SegmentStream(7, stranger, None)]
+    # first: the workers take streams from the front (this process from the back)
+    streams = [SegmentStream(7, stranger, None), *fmt.streams()[:2]]
     serial, _ = index(tmp_path / "serial", streams)
     with caplog.at_level(logging.WARNING, logger="fmtfs"):
         parallel, told = index(tmp_path / "parallel", streams, pool)
@@ -172,7 +197,7 @@ def test_a_mount_indexes_in_workers_returns_at_once_and_takes_them_along_when_it
     assert sum(p.stat().st_size for p in source.glob("*.seg")) >= PARALLEL_SCAN_BYTES
     log_file = tmp_path / "mount.log"
     with mounted(source, "-v", "--log-file", log_file) as mnt:  # returns: the pipes are free
-        assert "scanning 3 streams in" in log_file.read_text()
+        assert "scanning 3 streams here and in" in log_file.read_text()
         view = mnt / "segments" / "1.jsonl"
         expected = fmtfs("cat", source, "segments/1.jsonl", "--cache-dir", tmp_path / "cli").stdout
         assert view.stat().st_size == len(expected)
