@@ -4,7 +4,7 @@ streams for a first index.
 
 Each worker opens the format itself from (source, format name, options), as
 Spark's executors do, and is sent only (stream name, chunk start, end,
-state); it returns the rendered bytes of every view the chunk feeds.  A scan
+state, view); it returns the rendered bytes of that view.  A scan
 (fmtfs.scanning) is sent (stream name, start, state) and returns the
 stream's chunk table; its progress travels back chunk by chunk on a queue
 the workers inherit.  The pool is used by `fmtfs mount` and `fmtfs index`
@@ -96,8 +96,8 @@ def _stream(name: str) -> Stream:
     return stream
 
 
-def _render_chunk(name: str, start: int, end: int, state: State) -> dict[str, bytes]:
-    return render_chunk(_stream(name), Chunk(start, end, state, {}))
+def _render_chunk(name: str, start: int, end: int, state: State, view: str | None) -> dict[str, bytes]:
+    return render_chunk(_stream(name), Chunk(start, end, state, {}), view)
 
 
 def _scan(name: str, start: int | None, state: State | None) -> Scanned:
@@ -159,8 +159,11 @@ class DecodePool:
         for future in self._warmups:
             future.result()
 
-    def submit(self, stream: str, start: int, end: int, state: State) -> Future[dict[str, bytes]]:
-        return self._submit(_render_chunk, stream, start, end, state)
+    def submit(
+        self, stream: str, start: int, end: int, state: State, view: str | None = None
+    ) -> Future[dict[str, bytes]]:
+        """A chunk's rendered bytes of `view` (None: of every view it feeds)."""
+        return self._submit(_render_chunk, stream, start, end, state, view)
 
     def scan_all(
         self,

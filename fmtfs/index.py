@@ -18,7 +18,11 @@ once) is decoded once: the first reader decodes, the others wait for it
 (single flight).  With a DecodePool (the mount sets `Index.pool`), a missed
 chunk and the few after it are decoded by worker processes at once, so a
 sequential reader finds the next chunks rendered and every core decodes;
-what the workers return lands in the same LRU, bounded in bytes."""
+a reader of a rendered chunk sends the next ones, so the workers never wait
+for it.  Workers render the reader's view only (a Beats chunk also feeds
+its hour buckets: rendering, sending and caching those made a `cat` of the
+segments pay for twice its bytes); what they return lands in the same LRU,
+bounded in bytes.  Until the workers are up, a reader decodes in process."""
 
 from __future__ import annotations
 
@@ -582,7 +586,7 @@ class Index:
             return data
         # workers still starting (a second each) do not keep the first reader
         # waiting: it decodes here until they are up
-        if self.pool is not None and (self.pool.ready or chunk_key in self._pending):
+        if self.pool is not None and (self.pool.ready or (*chunk_key, view) in self._pending):
             future = self._decode_ahead(entry, seq, view)
             assert future is not None
             try:
@@ -628,13 +632,15 @@ class Index:
             wanted = None
             for s in range(seq, min(seq + ahead, len(entry.chunks))):
                 meta = entry.chunks[s]
-                key = (name, inode, meta.start, meta.end)
+                # the workers render the reader's view only: pending per view
+                key = (name, inode, meta.start, meta.end, view)
                 future = self._pending.get(key)
                 needed = wait and s == seq
-                if future is None and (needed or (*key, view) not in self.rendered):
+                if future is None and (needed or key not in self.rendered):
                     if not needed and len(self._pending) >= 2 * ahead:
                         break  # enough decoded ahead already: memory stays bounded
-                    future = self._pending[key] = self.pool.submit(name, meta.start, meta.end, meta.state)
+                    future = self._pool_submit(key, meta.state)
+                    self._pending[key] = future
                     submitted.append((key, future))
                 if s == seq:
                     wanted = future
@@ -650,12 +656,18 @@ class Index:
             return True
         meta = entry.chunks[seq - 1]
         key = (entry.stream.name, entry.identity.inode, meta.start, meta.end)
-        return key in self._pending or (*key, view) in self.rendered
+        return (*key, view) in self._pending or (*key, view) in self.rendered
+
+    def _pool_submit(self, key: tuple, state: State) -> Future:
+        assert self.pool is not None
+        name, _, start, end, view = key
+        return self.pool.submit(name, start, end, state, view)
 
     def _landed(self, key: tuple, future: Future) -> None:
+        """A worker's piece (key: chunk key + view) into the LRU."""
         if not future.cancelled() and future.exception() is None:
             for view, data in future.result().items():
-                self.rendered.put((*key, view), data)
+                self.rendered.put((*key[:4], view), data)
         with self._flights_lock:
             self._pending.pop(key, None)
 

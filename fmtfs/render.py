@@ -69,13 +69,31 @@ def _length(records: list[Record], done: list[tuple[list[Record], int]]) -> int:
     return length
 
 
-def render_chunk(stream: Stream, chunk: Chunk) -> dict[str, bytes]:
-    """Decode and render one chunk of `stream`: its bytes for every view it feeds."""
+def render_chunk(stream: Stream, chunk: Chunk, view: str | None = None) -> dict[str, bytes]:
+    """Decode and render one chunk of `stream`: its bytes for every view it
+    feeds, or for `view` only (what a decode worker is asked for: rendering,
+    sending and caching the other views too cost a reader of one view
+    twice the bytes of it)."""
     with paused():
         routed = stream.decode_iter(chunk)
         if routed is None:
-            return render_views(stream.decode(chunk))
+            decoded = stream.decode(chunk)
+            if view is not None:
+                decoded = {view: decoded[view]} if view in decoded else {}
+            return render_views(decoded)
+        if view is not None:
+            return render_one(routed, view)
         return render_routed(routed)
+
+
+def render_one(routed: Iterable[Routed], view: str) -> dict[str, bytes]:
+    """render_routed() of `view` alone: records not in it are not dumped."""
+    dumps = orjson.dumps
+    out = bytearray()
+    for record, views in routed:
+        if view in views:
+            out += dumps(record, option=_LINE)
+    return {view: bytes(out)} if out else {}
 
 
 def render_routed(routed: Iterable[Routed]) -> dict[str, bytes]:

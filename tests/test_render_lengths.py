@@ -51,3 +51,21 @@ def test_the_beats_scan_tells_the_segment_views_length_from_its_json_check(tmp_p
     for chunk in chunks:
         assert set(chunk.lengths) == {stream.view}
         assert chunk.lengths[stream.view] == len(render_views(chunk.records)[stream.view])
+
+
+def test_a_chunk_rendered_for_one_view_is_that_views_bytes_of_all_views(tmp_path):
+    """A decode worker renders the view its reader asked for only."""
+    from fmtfs.formats import open_source
+    from fmtfs.formats.base import Chunk
+    from fmtfs.render import render_chunk
+    from fmtfs.samples.beats import generate
+
+    generate(tmp_path, 5_000, segments=1)
+    (stream,) = open_source(tmp_path, None, {}).streams()
+    scanned = next(c for c in stream.scan(None, None) if hasattr(c, "records"))
+    chunk = Chunk(scanned.start, scanned.end, scanned.state, {})
+    every = render_chunk(stream, chunk)
+    assert len(every) >= 2  # the segment view and at least one hour bucket
+    for view, data in every.items():
+        assert render_chunk(stream, chunk, view) == {view: data}
+    assert render_chunk(stream, chunk, "buckets/not-a-view.jsonl") == {}
