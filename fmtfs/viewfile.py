@@ -16,6 +16,11 @@ class ViewFile(ABC):
     @abstractmethod
     def read(self, offset: int, size: int) -> bytes: ...
 
+    def read_in_memory(self, offset: int, size: int) -> bytes | None:
+        """read() if its bytes are in memory already (no decode, no disk, no
+        wait: the FUSE loop answers with it itself), else None."""
+        return None
+
     def records(self):  # -> Iterable[list[Record]]
         """The record batches of a `.jsonl` view (for its Parquet twin)."""
         raise NotImplementedError

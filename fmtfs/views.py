@@ -183,7 +183,6 @@ class IndexedFile(ViewFile):
         return self.index.read(self.entry, self.view, offset, size)
 
     def read_in_memory(self, offset: int, size: int) -> bytes | None:
-        """read() if its bytes are rendered in memory already, else None."""
         return self.index.read_in_memory(self.entry, self.view, offset, size)
 
     def records(self):
@@ -304,6 +303,10 @@ class BytesFile(ViewFile):
 
     def read(self, offset: int, size: int) -> bytes:
         return self.data()[offset : offset + size]
+
+    def read_in_memory(self, offset: int, size: int) -> bytes | None:
+        data = self._data  # set once, never changed: no lock needed to look
+        return None if data is None else data[offset : offset + size]
 
     def records(self):
         self.data()
@@ -711,10 +714,9 @@ class SourceTree:
         return view.read(offset, size)
 
     def read_in_memory(self, path: str, offset: int, size: int) -> bytes | None:
-        """read() without decoding, disk or waiting, or None: an indexed
-        view whose bytes are in the rendered-piece LRU."""
+        """read() without decoding, disk or waiting, or None (ViewFile.read_in_memory)."""
         view = self.files.get(path)
-        if not isinstance(view, IndexedFile):
+        if view is None:
             return None
         self.last_read = time.monotonic()
         return view.read_in_memory(offset, size)

@@ -199,3 +199,14 @@ def test_a_reader_going_forward_keeps_the_workers_decoding_ahead(many_chunks: Pa
         assert key in index.rendered
     finally:
         tree.close()
+
+
+def test_a_whole_file_view_is_read_from_memory_once_rendered() -> None:
+    from fmtfs.views import BytesFile
+
+    renders: list[int] = []
+    view = BytesFile(lambda: renders.append(1) or b'{"a":1}\n{"a":2}\n', "id")
+    assert view.read_in_memory(0, 4) is None and not renders  # rendering is a thread's job
+    assert view.read(8, 100) == b'{"a":2}\n'
+    assert view.read_in_memory(1, 5) == b'"a":1' and view.read_in_memory(99, 5) == b""
+    assert renders == [1]
