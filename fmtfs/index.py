@@ -175,12 +175,10 @@ class RenderedChunks:
         self.spill: SpilledPieces | None = None  # where evicted pieces go (the mount sets it)
 
     def get(self, key: tuple) -> bytes | None:
-        with self.lock:
-            data = self.items.get(key)
-            if data is not None:
-                self.items.move_to_end(key)
-                return data
-        return self.spill.get(key) if self.spill is not None else None
+        data = self.in_memory(key)
+        if data is None and self.spill is not None:
+            data = self.spill.get(key)
+        return data
 
     def in_memory(self, key: tuple) -> bytes | None:
         """The piece if it is in the LRU itself (never read from disk)."""

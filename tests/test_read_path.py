@@ -18,11 +18,14 @@ from tests.mounting import fmtfs, mounted
 RECORDS = "events.log/records.jsonl"
 
 
+def _wallaby(folder: Path, records: int) -> Path:
+    folder.mkdir()
+    return generate(folder, records)
+
+
 @pytest.fixture()
 def source(tmp_path: Path) -> Path:
-    folder = tmp_path / "src"
-    folder.mkdir()
-    return generate(folder, 3_000)
+    return _wallaby(tmp_path / "src", 3_000)  # one chunk
 
 
 def test_a_reread_after_growth_shows_the_new_bytes_not_the_kept_pages(source: Path, tmp_path: Path) -> None:
@@ -144,9 +147,7 @@ def test_a_worker_that_finishes_before_its_callback_is_added_does_not_hang_the_r
 
 @pytest.fixture()
 def many_chunks(tmp_path: Path) -> Path:
-    folder = tmp_path / "big"
-    folder.mkdir()
-    return generate(folder, 40_000)
+    return _wallaby(tmp_path / "big", 40_000)
 
 
 def test_a_read_of_rendered_bytes_needs_no_decode_and_equals_read(many_chunks: Path, tmp_path: Path) -> None:
