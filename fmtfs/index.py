@@ -582,17 +582,21 @@ class Index:
         data = self.rendered.get((*chunk_key, view))
         if data is not None:
             return data
-        # workers still starting (a second each) do not keep the first reader
-        # waiting: it decodes here until they are up
-        if self.pool is not None and (self.pool.ready or (*chunk_key, view) in self._pending):
-            future = self._decode_ahead(entry, seq, view)
-            assert future is not None
-            try:
-                return future.result().get(view, b"")
-            except Exception:  # noqa: BLE001 - a worker that died: decode here, reporting as ever
-                log.warning(
-                    "a decode worker failed on %s chunk %d; decoding in process", entry.stream.name, seq
-                )
+        if self.pool is not None:
+            if self.pool.ready or (*chunk_key, view) in self._pending:
+                future = self._decode_ahead(entry, seq, view)
+                assert future is not None
+                try:
+                    return future.result().get(view, b"")
+                except Exception:  # noqa: BLE001 - a worker that died: decode here, reporting as ever
+                    log.warning(
+                        "a decode worker failed on %s chunk %d; decoding in process", entry.stream.name, seq
+                    )
+            elif self._sequential(entry, seq, view):
+                # workers still starting (a second each) do not keep the first
+                # reader waiting: it decodes this chunk here, and the workers
+                # take the next ones as soon as they are up
+                self._decode_ahead(entry, seq + 1, view, wait=False, forward=True)
         with self._flights_lock:
             flight = self._flights.get(chunk_key)
             leading = flight is None
@@ -612,11 +616,14 @@ class Index:
                 del self._flights[chunk_key]
             flight.set()
 
-    def _decode_ahead(self, entry: StreamEntry, seq: int, view: str, wait: bool = True) -> Future | None:
+    def _decode_ahead(
+        self, entry: StreamEntry, seq: int, view: str, wait: bool = True, forward: bool = False
+    ) -> Future | None:
         """Send chunk `seq` and the next few of its stream to the pool (those
         neither rendered nor on their way); returns the future of `seq`.
         With wait=False (a reader of chunk seq-1 keeping the pool busy) `seq`
-        is sent only if not rendered either, and nothing is returned."""
+        is sent only if not rendered either, and nothing is returned.
+        forward: the reader is known to go forward (else: seq-1 was read)."""
         assert self.pool is not None
         if seq >= len(entry.chunks):
             return None
@@ -624,7 +631,7 @@ class Index:
         # ahead only for a reader going forward (the chunk before this one was
         # just read): the kernel drops a few pages of a kept view now and then,
         # and a warm re-read missing one of them must not decode 2×workers chunks
-        ahead = 2 * self.pool.workers if self._sequential(entry, seq, view) else int(wait)
+        ahead = 2 * self.pool.workers if forward or self._sequential(entry, seq, view) else int(wait)
         submitted: list[tuple[tuple, Future]] = []
         with self._flights_lock:
             wanted = None
@@ -671,9 +678,12 @@ class Index:
 
     def _render(self, entry: StreamEntry, meta: ChunkMeta, chunk_key: tuple, view: str) -> bytes:
         data = None
-        # keep every view of the decoded chunk: buckets are read right after records
+        # in process (`fmtfs cat`, Spark, twins) keep every view of the decoded
+        # chunk: buckets are read right after records; a mount renders only
+        # the reader's view, as its workers do
+        only = view if self.pool is not None else None
         for other, rendered in render_chunk(
-            entry.stream, Chunk(meta.start, meta.end, meta.state, {})
+            entry.stream, Chunk(meta.start, meta.end, meta.state, {}), only
         ).items():
             self.rendered.put((*chunk_key, other), rendered)
             if other == view:

@@ -211,3 +211,23 @@ def test_a_whole_file_view_is_read_from_memory_once_rendered() -> None:
     assert view.read(8, 100) == b'{"a":2}\n'
     assert view.read_in_memory(1, 5) == b'"a":1' and view.read_in_memory(99, 5) == b""
     assert renders == [1]
+
+
+def test_reads_while_the_workers_start_and_after_give_the_views_bytes(
+    many_chunks: Path, tmp_path: Path
+) -> None:
+    """Until its workers are up a mount's reader decodes in process (the
+    reader's view only) and sends the next chunks to the pool: the bytes are
+    the same whichever way each chunk went."""
+    tree = SourceTree(open_source(many_chunks, None, {}), tmp_path / "cache")
+    tree.keep_rendered_on_disk()
+    tree.decode_in_workers()  # not waited for
+    view = tree.file(RECORDS)
+    try:
+        first = b"".join(tree.read(RECORDS, offset, 128 << 10) for offset in range(0, view.size(), 128 << 10))
+        tree.index.pool.wait_ready()
+        second = b"".join(tree.read(RECORDS, offset, 1 << 20) for offset in range(0, view.size(), 1 << 20))
+    finally:
+        tree.close()
+    expected = fmtfs("cat", many_chunks, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+    assert first == second == expected
