@@ -603,7 +603,12 @@ class SourceTree:
         self.entries = entries
         self._add_meta_files(files, deps)
         self.created -= set(files)
-        self.writable_views: dict[str, bool] = {}
+        # what a listing shows of each view besides its size, asked of the
+        # format once per rebuild (it may list the source to answer): once
+        # per view made `ls -l` of N streams O(N^2)
+        views = [p for p in files if not p.startswith(("_", PARQUET_DIR + "/"))]
+        self.writable_views = frozenset(self.format.writable_views(streams, views))
+        self.view_natives = self.format.view_sources(streams)
         self.files = files
         self._index_dirs()
 
@@ -717,7 +722,7 @@ class SourceTree:
             path, view = view.view, view.source
         if view is None or path in (META_INFO, META_ERRORS):
             return None
-        declared = self.format.view_sources(path)
+        declared = self.view_natives.get(path)
         if declared is not None:
             return declared
         if isinstance(view, IndexedFile):
@@ -731,20 +736,18 @@ class SourceTree:
         the format names for its derived views (Beats state.dat, kestrel
         reader files, gvfs trees)."""
         found = dict.fromkeys(entry.stream.path for entry in self.entries)
-        for path, view in list(self.files.items()):
-            if not isinstance(view, (IndexedFile, ParquetFile)) and path not in (META_INFO, META_ERRORS):
-                found.update(dict.fromkeys(self.format.view_sources(path) or []))
+        files = self.files
+        for path, natives in self.view_natives.items():
+            if path in files and not isinstance(files[path], (IndexedFile, ParquetFile)):
+                found.update(dict.fromkeys(natives))
         return list(found)
 
     def writable(self, path: str) -> bool:
-        """Whether the view takes writes (its mode bits say so).  Asks the
-        format once per state of the tree: writers are cheap to construct."""
-        if self.readonly or path.startswith(("_", PARQUET_DIR + "/")) or path not in self.files:
+        """Whether the view takes writes (its mode bits say so), as the
+        format answered for the whole tree at its last rebuild."""
+        if self.readonly or path not in self.files:
             return path in self.created
-        answer = self.writable_views.get(path)
-        if answer is None:
-            answer = self.writable_views[path] = self.format.writable(path)
-        return answer
+        return path in self.writable_views
 
     def open_writer(self, path: str, create: bool) -> ViewWriter:
         """Raises ReadOnlyView (-> EROFS/EACCES) or FileNotFoundError."""

@@ -13,7 +13,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -225,8 +225,6 @@ class WallabyFormat(Format):
             return is_log(source)
         return any(is_log(p) for p in source.iterdir())
 
-    _appendable: set[str] | None = None  # the records views of the logs streams() found last
-
     def logs(self) -> list[Path]:
         if self.source.is_file():
             return [self.source]
@@ -234,16 +232,11 @@ class WallabyFormat(Format):
 
     def streams(self) -> list[Stream]:
         bucket = self.options["time_bucket"]
-        logs = self.logs()
-        # kept for writable(): a listing asks it of every view, and a folder
-        # scan per view made `ls -l` of N logs O(N^2)
-        self._appendable = {f"{encode_name(p.name)}/records.jsonl" for p in logs}
-        return [WallabyLog(p, bucket) for p in logs]
+        return [WallabyLog(p, bucket) for p in self.logs()]
 
-    def writable(self, view_path: str) -> bool:
-        if self._appendable is None:
-            return super().writable(view_path)
-        return view_path in self._appendable
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        # every log's records.jsonl (writer() looks for the log among all)
+        return {s.records_view for s in streams if isinstance(s, WallabyLog)} & set(views)
 
     def view_schema(self, view_path: str) -> ViewSchema | None:
         return RECORD_SCHEMA if view_path.endswith(".jsonl") else None
