@@ -489,8 +489,8 @@ def _lines_to_write(run: FormatRun) -> bytes:
     import orjson
 
     out: list[bytes] = []
-    for path in sorted((run.scratch / "plain-views").glob(run.layout.views[0])):
-        for line in path.read_bytes().splitlines():
+    for view in _view_bytes(run, run.layout.views[0]):
+        for line in view.splitlines():
             record = orjson.loads(line)
             for key in run.layout.positional:
                 record.pop(key, None)
@@ -498,6 +498,21 @@ def _lines_to_write(run: FormatRun) -> bytes:
             if len(out) >= 20_000:
                 return b"\n".join(out) + b"\n"
     return b"\n".join(out) + b"\n"
+
+
+def _view_bytes(run: FormatRun, pattern: str) -> Iterator[bytes]:
+    """The bytes of the record views matching `pattern`, in path order: the
+    copies figure_cat left, or (`--only write_through`) rendered in process."""
+    copies = sorted((run.scratch / "plain-views").glob(pattern))
+    if copies:
+        yield from (path.read_bytes() for path in copies)
+        return
+    from fmtfs.views import SourceTree
+
+    tree = SourceTree(open_source(run.source, run.fmt, dict(OPTIONS)), run.fresh("lines-cache"))
+    for path in sorted(p for p in tree.files if fnmatch(p, pattern)):
+        yield tree.read(path, 0, tree.size(path))
+    tree.close()
 
 
 # -- Spark figures ---------------------------------------------------------------

@@ -271,6 +271,12 @@ class WallabyFormat(Format):
         raise ReadOnlyView(f"{view_path}: only <name>/records.jsonl takes appended records")
 
 
+def _mapped(path: Path) -> bytes | mmap.mmap:
+    """A file's bytes, mapped (b"" when it is empty: mmap refuses those)."""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+
+
 def encode_record(payload: bytes, time_ns: int, flags: int = 0) -> bytes:
     if len(payload) > MAX_PAYLOAD:
         raise BadRecord(f"payload of {len(payload)} bytes exceeds wallaby's {MAX_PAYLOAD}")
@@ -300,9 +306,12 @@ class WallabyWriter(Writer):
 
     def _prepare(self) -> tuple[int, int, int]:
         """Bring the index in line with the log and cut a zero tail.
-        Returns (log end, next seq, header flags)."""
-        with open(self.log, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+        Returns (log end, next seq, header flags).  Both files are mapped,
+        not read: fmtfs calls this once per write() (a `cat >>` through a
+        mount makes one every 128 KiB), and reading the whole index each
+        time made appending to a 300,000-record log O(index size) per write."""
+        data = _mapped(self.log)
+        idx: bytes | mmap.mmap = b""
         try:
             if data[:4] != LOG_MAGIC:
                 raise BadRecord(f"{self.log.name}: not a wallaby log")
@@ -310,7 +319,7 @@ class WallabyWriter(Writer):
             flags = struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else 0
             if not self.idx.exists():
                 self.idx.write_bytes(encode_header(IDX_MAGIC, flags))
-            idx = self.idx.read_bytes()
+            idx = _mapped(self.idx)
             valid = self._trusted_index_records(data, idx)
             if valid:
                 stamp, _, at = INDEX_RECORD.unpack_from(idx, 16 + (valid - 1) * INDEX_RECORD.size)
@@ -333,8 +342,9 @@ class WallabyWriter(Writer):
                 )
             log_size = len(data)
         finally:
-            if isinstance(data, mmap.mmap):
-                data.close()
+            for mapped in (data, idx):
+                if isinstance(mapped, mmap.mmap):
+                    mapped.close()
         if offset < log_size:
             os.truncate(self.log, offset)  # zero tail of a preallocated log
         with open(self.idx, "r+b") as f:
@@ -344,7 +354,7 @@ class WallabyWriter(Writer):
         return offset, seq, flags
 
     @staticmethod
-    def _trusted_index_records(log: bytes | mmap.mmap, idx: bytes) -> int:
+    def _trusted_index_records(log: bytes | mmap.mmap, idx: bytes | mmap.mmap) -> int:
         """How many leading index records agree with the log.  Records are
         dense and written in order, so checking the last complete one (and
         bisecting back when it disagrees) avoids walking the whole log."""
