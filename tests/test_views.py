@@ -212,3 +212,16 @@ def test_cheap_writability_answers_as_constructing_a_writer_does(
     assert any(answers) and not all(answers)
     assert answers == [Format.writable(fmt, p) for p in views]
     assert not any(tree.writable(p) for p in tree.files if p.startswith(("_", "parquet/")))
+
+
+def test_checks_of_a_big_source_take_a_bounded_share_of_the_time() -> None:
+    """A stat re-checks the source every 50 ms, or less often where a check
+    costs more (listing and stat'ing 10,000 native files: 45-80 ms), so that
+    the checks during a listing stay a tenth of it; never less often than
+    the poller's second."""
+    from fmtfs.views import MAX_REFRESH_INTERVAL, REFRESH_INTERVAL, check_interval
+
+    assert check_interval(0.0) == check_interval(0.001) == REFRESH_INTERVAL
+    assert check_interval(0.05) == pytest.approx(0.5)
+    assert check_interval(0.06) > check_interval(0.05)
+    assert check_interval(5.0) == MAX_REFRESH_INTERVAL == 1.0
