@@ -7,7 +7,8 @@ Makes a source of N copies of one sample stream (as `scripts/bench.py
 this process's child with every handler of fmtfs.fuse wrapped to count its
 calls and time them, and runs `ls -ld` of the N stream views R times.
 Prints, per request kind, how many the kernel sent, fmtfs's total time in
-them, and the wall time of each `ls`: what the kernel asks of a listing
+them, and the wall time of each `ls` with the CPU time the mount spent
+(steadier than wall time on a shared machine): what the kernel asks of a listing
 (lookups per path component, getattrs, xattrs) is the part a profiler of
 the mount cannot show, since the mount waits idle between requests.
 """
@@ -54,9 +55,8 @@ def serve_counting(source: Path, mnt: Path, cache: Path, report: Path) -> None:
     import pyfuse3
     import trio
 
-    from fmtfs import daemon
     from fmtfs.formats import open_source
-    from fmtfs.fuse import FmtfsOperations
+    from fmtfs.fuse import FmtfsOperations, serve
     from fmtfs.views import SourceTree
 
     calls: dict[str, int] = defaultdict(int)
@@ -88,9 +88,16 @@ def serve_counting(source: Path, mnt: Path, cache: Path, report: Path) -> None:
     options = set(pyfuse3.default_options) | {"fsname=fmtfs", "subtype=fmtfs", "default_permissions"}
     pyfuse3.init(ops, str(mnt), options)
     try:
-        trio.run(daemon._serve_until_signal, ops)
+        trio.run(serve, ops)  # until fusermount3 -u
     finally:
         pyfuse3.close(unmount=True)
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far: what the mount spent,
+    whatever the load of a shared machine made the wall time."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def main() -> None:
@@ -119,15 +126,17 @@ def main() -> None:
                 time.sleep(0.05)
             for attempt in range(args.repeat):
                 time.sleep(1.5)  # past the attribute and entry timeouts
+                cpu = _cpu_seconds(child.pid)
                 start = time.perf_counter()
                 subprocess.run(["ls", "-ld", *(str(mnt / v) for v in views)], stdout=subprocess.DEVNULL)
                 seconds = time.perf_counter() - start
+                cpu = _cpu_seconds(child.pid) - cpu
                 report.unlink(missing_ok=True)
                 child.send_signal(signal.SIGUSR1)
                 while not report.exists():
                     time.sleep(0.01)
                 time.sleep(0.05)
-                print(f"ls -ld of {args.n} views, try {attempt + 1}: {seconds:.3f} s")
+                print(f"ls -ld of {args.n} views, try {attempt + 1}: {seconds:.3f} s, mount CPU {cpu:.3f} s")
                 for line in report.read_text().splitlines():
                     name, count, total = line.split()
                     print(f"  {name:12} {int(count):7d} requests  {float(total):7.3f} s in fmtfs")
