@@ -32,7 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench import LAYOUTS, mounted  # noqa: E402
+from bench import LAYOUTS, cpu_seconds, mounted  # noqa: E402
 
 
 def make_source(fmt: str, n: int, scratch: Path) -> tuple[Path, list[str]]:
@@ -93,13 +93,6 @@ def serve_counting(source: Path, mnt: Path, cache: Path, report: Path) -> None:
         pyfuse3.close(unmount=True)
 
 
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process so far: what the mount spent,
-    whatever the load of a shared machine made the wall time."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("format", choices=sorted(LAYOUTS))
@@ -126,11 +119,11 @@ def main() -> None:
                 time.sleep(0.05)
             for attempt in range(args.repeat):
                 time.sleep(1.5)  # past the attribute and entry timeouts
-                cpu = _cpu_seconds(child.pid)
+                cpu = cpu_seconds(child.pid)
                 start = time.perf_counter()
                 subprocess.run(["ls", "-ld", *(str(mnt / v) for v in views)], stdout=subprocess.DEVNULL)
                 seconds = time.perf_counter() - start
-                cpu = _cpu_seconds(child.pid) - cpu
+                cpu = cpu_seconds(child.pid) - cpu
                 report.unlink(missing_ok=True)
                 child.send_signal(signal.SIGUSR1)
                 while not report.exists():
