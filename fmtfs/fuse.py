@@ -5,10 +5,13 @@ raised from a handler would end pyfuse3.main and kill the mount.
 
 Threading: the trio loop answers every request; work that decodes (reads,
 refreshes, writes) runs in trio's worker threads so one slow chunk never
-blocks the loop serving other requests.  The tree and index hand those
-threads immutable snapshots (fmtfs.index), so reads take no lock.  Read-only
-opens of indexed views keep the kernel's page cache (`keep_cache`): a second
-`cat` never reaches us.  When a view changes (growth noticed by the poller
+blocks the loop serving other requests.  The attributes of folders and
+indexed views are dictionary look-ups in the tree's snapshot, answered on
+the loop itself (a listing is one lookup per path component: a thread hop
+each was most of its time); inode numbers are given on the loop only.  The
+tree and index hand the threads immutable snapshots (fmtfs.index), so reads
+take no lock.  Read-only opens of indexed views keep the kernel's page cache
+(`keep_cache`): a second `cat` never reaches us.  When a view changes (growth noticed by the poller
 or a refresh, a write through the mount), its inode is queued for ONE
 invalidation thread, which tells the kernel to drop the view's cached
 attributes and data; it must be a thread of its own, since the kernel may
