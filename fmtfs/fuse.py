@@ -5,13 +5,16 @@ raised from a handler would end pyfuse3.main and kill the mount.
 
 Threading: the trio loop answers every request; work that decodes (reads,
 refreshes, writes) runs in trio's worker threads so one slow chunk never
-blocks the loop serving other requests.  A read whose bytes are already
-rendered in memory is answered by the loop itself (a thread hop cost more
-than the slice).  The tree and index hand those
-threads immutable snapshots (fmtfs.index), so reads take no lock.  Read-only
-opens of indexed views keep the kernel's page cache (`keep_cache`): a second
-`cat` never reaches us.  When a view changes (growth noticed by the poller
-or a refresh, a write through the mount), its inode is queued for ONE
+blocks the loop serving other requests.  Work that is a dictionary look-up
+is answered by the loop itself, where a thread hop would cost more than the
+work: a read whose bytes are already rendered in memory, and the attributes
+of folders and indexed views from the tree's snapshot (a listing is one
+lookup per path component); inode numbers are given on the loop only.  The
+tree and index hand the threads immutable snapshots (fmtfs.index), so reads
+take no lock.  Read-only opens of indexed views keep the kernel's page cache
+(`keep_cache`): a second `cat` never reaches us.  When a view changes
+(growth noticed by the poller or a refresh, a write through the mount), its
+inode is queued for ONE
 invalidation thread, which tells the kernel to drop the view's cached
 attributes and data; it must be a thread of its own, since the kernel may
 wait on a request of that inode that only the trio loop can answer."""
@@ -182,7 +185,15 @@ class FmtfsOperations(pyfuse3.Operations):
         return entry
 
     async def _attributes_async(self, path: str) -> pyfuse3.EntryAttributes:
-        # the size of a derived or Parquet view may need rendering: off the loop
+        """A path's attributes, answered on the loop for a folder or an
+        indexed view (its size is in the index snapshot: a dictionary
+        look-up); the size of a derived or Parquet view may need rendering,
+        so those are answered in a worker thread.  A thread hop per lookup
+        was most of a listing's time (`ls -l` of 1,000 kestrel views:
+        3,000 lookups, one per path component)."""
+        self.inodes.inode(path)  # numbered here: Inodes is changed on the loop only
+        if self.tree.is_dir(path) or isinstance(self.tree.file(path), IndexedFile):
+            return self._attributes(path)
         return await trio.to_thread.run_sync(self._attributes, path)
 
     @_errors_to_fuse

@@ -187,9 +187,12 @@ def test_empty_streams_keep_their_views_when_the_index_is_reused(tmp_path: Path)
 
 
 @pytest.mark.parametrize("name", ["wallaby", "kestrel", "beats", "proio", "gvfs"])
-def test_cheap_writability_answers_as_constructing_a_writer_does(name: str, tmp_path: Path) -> None:
-    """Formats answer writable() from their last listing (so `ls -l` of N
-    streams stays O(N)); the answer must be the one writer() gives."""
+def test_cheap_writability_answers_as_constructing_a_writer_does(
+    name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tree asks the format once per rebuild which views take writes
+    (Format.writable_views, from the listing just made: `ls -l` of N streams
+    stays O(N)); the answer must be the one writer() gives, view by view."""
     import importlib
 
     from fmtfs.formats.base import Format
@@ -198,7 +201,27 @@ def test_cheap_writability_answers_as_constructing_a_writer_does(name: str, tmp_
     source.mkdir()
     importlib.import_module(f"fmtfs.samples.{name}").generate(source, 200)
     fmt = open_source(source, None, {})
+    asked: list[str] = []
+    writer = fmt.writer
+    monkeypatch.setattr(fmt, "writer", lambda path, create: asked.append(path) or writer(path, create))
     tree = SourceTree(fmt, tmp_path / "cache")
     views = [p for p in tree.files if not p.startswith(("_", "parquet/"))]
-    assert any(fmt.writable(p) for p in views) and not all(fmt.writable(p) for p in views)
-    assert [fmt.writable(p) for p in views] == [Format.writable(fmt, p) for p in views]
+    answers = [tree.writable(p) for p in views]
+    # writer() lists the source: a rebuild asks it of one view at most
+    assert len(asked) <= 1 < len(views)
+    assert any(answers) and not all(answers)
+    assert answers == [Format.writable(fmt, p) for p in views]
+    assert not any(tree.writable(p) for p in tree.files if p.startswith(("_", "parquet/")))
+
+
+def test_checks_of_a_big_source_take_a_bounded_share_of_the_time() -> None:
+    """A stat re-checks the source every 50 ms, or less often where a check
+    costs more (listing and stat'ing 10,000 native files: 45-80 ms), so that
+    the checks during a listing stay a tenth of it; never less often than
+    the poller's second."""
+    from fmtfs.views import MAX_REFRESH_INTERVAL, REFRESH_INTERVAL, check_interval
+
+    assert check_interval(0.0) == check_interval(0.001) == REFRESH_INTERVAL
+    assert check_interval(0.05) == pytest.approx(0.5)
+    assert check_interval(0.06) > check_interval(0.05)
+    assert check_interval(5.0) == MAX_REFRESH_INTERVAL == 1.0

@@ -132,6 +132,23 @@ def test_writer_completes_a_lagging_partial_index_and_cuts_a_zero_tail(tmp_path:
     assert [r["data"] for r in records] == ["one", "two", "three"] and not problems
 
 
+def test_many_small_writes_give_the_files_one_write_gives(tmp_path: Path) -> None:
+    """A mount hands the writer one write() per 128 KiB of `cat >>`: each
+    brings the index in line from the mapped files (not the whole index
+    read again), and the result is the same bytes as one write()."""
+    records = [{"time": T + i, "data": f"record {i}", "flags": i % 3} for i in range(300)]
+    one, many = tmp_path / "one", tmp_path / "many"
+    for log in (one, many):
+        create_pair(log)
+    WallabyWriter(one).write(records)
+    writer = WallabyWriter(many)
+    for start in range(0, len(records), 7):
+        writer.write(records[start : start + 7])
+    assert many.read_bytes() == one.read_bytes()
+    assert index_path(many).read_bytes() == index_path(one).read_bytes()
+    assert [r["data"] for r in scan_all(many)[0]] == [r["data"] for r in records]
+
+
 def test_writer_creates_missing_index_with_8_byte_log_header(tmp_path: Path) -> None:
     log = tmp_path / "LOG"
     log.write_bytes(b"LOG\x01\x00\x00\x00\x00" + encode_record(b"x", T))

@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -244,14 +244,23 @@ class Format(ABC):
         raise ReadOnlyView(view_path)
 
     def writable(self, view_path: str) -> bool:
-        """Whether `view_path` takes writes (its mode bits).  Asked for every
-        view a listing shows: a format whose writer() looks at the whole
-        source overrides it with a cheaper answer."""
+        """Whether `view_path` takes writes: whether writer() gives a writer
+        for it.  The reference answer, one view at a time; a listing asks
+        writable_views() instead."""
         try:
             self.writer(view_path, create=False)
         except (ReadOnlyView, FileNotFoundError, FormatError, BadRecord, OSError):
             return False
         return True
+
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        """Which of `views` (every view of one listing of the source, made
+        of `streams`) take writes: their mode bits.  The view tree asks once
+        per rebuild and keeps the answer, so that `ls -l` of N streams costs
+        O(N).  The default asks writable() of each view; a format whose
+        writer() lists the source answers from `streams` (the listing just
+        made) in one pass instead, with writable()'s answers."""
+        return {view for view in views if self.writable(view)}
 
     # -- record schemas (fmtfs.formats.schema) --------------------------------
 
@@ -262,9 +271,12 @@ class Format(ABC):
         is inferred from its JSON kind."""
         return None
 
-    def view_sources(self, view_path: str) -> list[Path] | None:
-        """The native files a derived view (or a stream view reading more
-        than its stream's file) is computed from: its owner and mode are the
-        most restrictive of theirs (fmtfs.permissions).  None means every
-        native file of the source: the safe default."""
-        return None
+    def view_sources(self, streams: list[Stream]) -> dict[str, list[Path]]:
+        """The native files of views that read more than their own stream's
+        file (derived views, a stream view whose writes rewrite another
+        file), for one listing of the source made of `streams`: a view's
+        owner and mode are the most restrictive of theirs
+        (fmtfs.permissions).  Asked once per rebuild of the view tree, like
+        writable_views().  A view left out is its stream's file if it has
+        one, else every native file of the source: the safe default."""
+        return {}

@@ -13,7 +13,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -225,8 +225,6 @@ class WallabyFormat(Format):
             return is_log(source)
         return any(is_log(p) for p in source.iterdir())
 
-    _appendable: set[str] | None = None  # the records views of the logs streams() found last
-
     def logs(self) -> list[Path]:
         if self.source.is_file():
             return [self.source]
@@ -234,16 +232,11 @@ class WallabyFormat(Format):
 
     def streams(self) -> list[Stream]:
         bucket = self.options["time_bucket"]
-        logs = self.logs()
-        # kept for writable(): a listing asks it of every view, and a folder
-        # scan per view made `ls -l` of N logs O(N^2)
-        self._appendable = {f"{encode_name(p.name)}/records.jsonl" for p in logs}
-        return [WallabyLog(p, bucket) for p in logs]
+        return [WallabyLog(p, bucket) for p in self.logs()]
 
-    def writable(self, view_path: str) -> bool:
-        if self._appendable is None:
-            return super().writable(view_path)
-        return view_path in self._appendable
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        # every log's records.jsonl (writer() looks for the log among all)
+        return {s.records_view for s in streams if isinstance(s, WallabyLog)} & set(views)
 
     def view_schema(self, view_path: str) -> ViewSchema | None:
         return RECORD_SCHEMA if view_path.endswith(".jsonl") else None
@@ -278,6 +271,12 @@ class WallabyFormat(Format):
         raise ReadOnlyView(f"{view_path}: only <name>/records.jsonl takes appended records")
 
 
+def _mapped(path: Path) -> bytes | mmap.mmap:
+    """A file's bytes, mapped (b"" when it is empty: mmap refuses those)."""
+    with open(path, "rb") as f:
+        return mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+
+
 def encode_record(payload: bytes, time_ns: int, flags: int = 0) -> bytes:
     if len(payload) > MAX_PAYLOAD:
         raise BadRecord(f"payload of {len(payload)} bytes exceeds wallaby's {MAX_PAYLOAD}")
@@ -307,9 +306,12 @@ class WallabyWriter(Writer):
 
     def _prepare(self) -> tuple[int, int, int]:
         """Bring the index in line with the log and cut a zero tail.
-        Returns (log end, next seq, header flags)."""
-        with open(self.log, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.fstat(f.fileno()).st_size else b""
+        Returns (log end, next seq, header flags).  Both files are mapped,
+        not read: fmtfs calls this once per write() (a `cat >>` through a
+        mount makes one every 128 KiB), and reading the whole index each
+        time made appending to a 300,000-record log O(index size) per write."""
+        data = _mapped(self.log)
+        idx: bytes | mmap.mmap = b""
         try:
             if data[:4] != LOG_MAGIC:
                 raise BadRecord(f"{self.log.name}: not a wallaby log")
@@ -317,7 +319,7 @@ class WallabyWriter(Writer):
             flags = struct.unpack_from("<I", data, 4)[0] if len(data) >= 8 else 0
             if not self.idx.exists():
                 self.idx.write_bytes(encode_header(IDX_MAGIC, flags))
-            idx = self.idx.read_bytes()
+            idx = _mapped(self.idx)
             valid = self._trusted_index_records(data, idx)
             if valid:
                 stamp, _, at = INDEX_RECORD.unpack_from(idx, 16 + (valid - 1) * INDEX_RECORD.size)
@@ -340,8 +342,9 @@ class WallabyWriter(Writer):
                 )
             log_size = len(data)
         finally:
-            if isinstance(data, mmap.mmap):
-                data.close()
+            for mapped in (data, idx):
+                if isinstance(mapped, mmap.mmap):
+                    mapped.close()
         if offset < log_size:
             os.truncate(self.log, offset)  # zero tail of a preallocated log
         with open(self.idx, "r+b") as f:
@@ -351,7 +354,7 @@ class WallabyWriter(Writer):
         return offset, seq, flags
 
     @staticmethod
-    def _trusted_index_records(log: bytes | mmap.mmap, idx: bytes) -> int:
+    def _trusted_index_records(log: bytes | mmap.mmap, idx: bytes | mmap.mmap) -> int:
         """How many leading index records agree with the log.  Records are
         dense and written in order, so checking the last complete one (and
         bisecting back when it disagrees) avoids walking the whole log."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import struct
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,6 @@ class BeatsFormat(Format):
         super().__init__(source, rest | {"key": self.key})
         del self.options["key_file"]  # the key replaces it (what workers and the index get)
         self._streams: dict[int, SegmentStream] = {}
-        self._newest: int | None = None  # the newest segment id streams() listed
         self._check_keys()
 
     def public_options(self) -> dict[str, Any]:
@@ -134,7 +134,6 @@ class BeatsFormat(Format):
                 bucket = self.options["time_bucket"]
                 stream = self._streams[seg_id] = SegmentStream(seg_id, path, self.key, bucket)
             out.append(stream)
-        self._newest = current[-1][0] if current else None
         return out
 
     def _state(self) -> QueueState | Problem | None:
@@ -177,14 +176,14 @@ class BeatsFormat(Format):
             out.append(state)
         return out
 
-    def view_sources(self, path: str) -> list[Path] | None:
+    def view_sources(self, streams: list[Stream]) -> dict[str, list[Path]]:
         """pending.jsonl reads state.dat and the segments it slices."""
-        if path != PENDING:
-            return None
         state = self._state()
-        slices = self.pending(state) if isinstance(state, QueueState) else []
-        paths = {view_path(s.segment_id): s.path for s in self.streams() if isinstance(s, SegmentStream)}
-        return [self.source / STATE_FILE] + [paths[s.view] for s in slices if s.view in paths]
+        if not isinstance(state, QueueState):
+            return {}
+        paths = {s.view: s.path for s in streams if isinstance(s, SegmentStream)}
+        sliced = [paths[s.view] for s in self.pending(state) if s.view in paths]
+        return {PENDING: [self.source / STATE_FILE, *sliced]}
 
     def view_schema(self, view_path: str) -> ViewSchema | None:
         return columns.view_schema(view_path)
@@ -210,13 +209,12 @@ class BeatsFormat(Format):
 
     # -- writing ---------------------------------------------------------------
 
-    def writable(self, view_path: str) -> bool:
-        # only the newest segment takes appends: the others are answered
-        # without listing the folder again (ls -l of N segments stays O(N))
-        match = _VIEW.fullmatch(view_path)
-        if match is None or (self._newest is not None and int(match.group(1)) != self._newest):
-            return False
-        return super().writable(view_path)
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        # only the newest segment takes appends: writer() is asked of it
+        # alone (it lists the folder: once per view made `ls -l` O(N^2))
+        segments = [s for s in streams if isinstance(s, SegmentStream)]
+        newest = max(segments, key=lambda s: s.segment_id, default=None)
+        return {newest.view} if newest and newest.view in views and self.writable(newest.view) else set()
 
     def writer(self, view_path: str, create: bool) -> Writer:
         match = _VIEW.fullmatch(view_path)

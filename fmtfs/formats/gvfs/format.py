@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +147,6 @@ class GvfsFormat(Format):
     name = "gvfs"
     title = "gvfs metadata"
     looks_for = "metadata trees and journals"
-    _listed: dict[str, Any] | None = None  # encoded tree name -> tree, as streams() last listed
 
     @classmethod
     def detect(cls, source: Path) -> bool:
@@ -158,11 +157,7 @@ class GvfsFormat(Format):
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
-        cat = self._catalog()
-        # view_sources() and writable() answer from this listing: reading
-        # the catalog per view made `ls -l` of N trees O(N^2) (107 s for 1,000)
-        self._listed = {encode_name(tree.name): tree for tree in cat.trees}
-        for tree in cat.trees:
+        for tree in self._catalog().trees:
             if tree.journal_path.is_file():
                 out.append(GvfsJournalStream(tree.journal_path, tree.name, tree.header.tag))
         return out
@@ -233,24 +228,20 @@ class GvfsFormat(Format):
             trees[tree.name] = detail
         return {"trees": trees, "ignored_files": cat.ignored}
 
-    def _trees_by_name(self) -> dict[str, Any]:
-        """Encoded tree name -> tree, from the last listing if there is one."""
-        if self._listed is not None:
-            return self._listed
-        return {encode_name(tree.name): tree for tree in self._catalog().trees}
+    def view_sources(self, streams: list[Stream]) -> dict[str, list[Path]]:
+        """Both views of a tree read (and a write may rewrite) the tree and
+        its journal.  One catalog read per listing: one per view made `ls -l`
+        of N trees O(N^2) (107 s for 1,000)."""
+        out: dict[str, list[Path]] = {}
+        for tree in self._catalog().trees:
+            files = [tree.path] + ([tree.journal_path] if tree.journal_path.is_file() else [])
+            for view in (JOURNAL_VIEW, METADATA_VIEW):
+                out[f"{encode_name(tree.name)}/{view}"] = files
+        return out
 
-    def view_sources(self, view_path: str) -> list[Path] | None:
-        """Both views of a tree read (and a write may rewrite) the tree and its journal."""
-        tree = self._trees_by_name().get(view_path.split("/", 1)[0])
-        if tree is None or "/" not in view_path:
-            return None
-        return [tree.path] + ([tree.journal_path] if tree.journal_path.is_file() else [])
-
-    def writable(self, view_path: str) -> bool:
-        if self._listed is None:
-            return super().writable(view_path)
-        parts = view_path.strip("/").split("/")
-        return len(parts) == 2 and parts[1] == JOURNAL_VIEW and parts[0] in self._listed
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        # every listed tree's journal.jsonl (writer() looks for the tree in the catalog)
+        return {s.view for s in streams if isinstance(s, GvfsJournalStream)} & set(views)
 
     def writer(self, view_path: str, create: bool) -> Writer:
         parts = view_path.strip("/").split("/")

@@ -27,6 +27,7 @@ Decisions where LAYOUT.md leaves room:
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -95,37 +96,29 @@ class KestrelFormat(Format):
 
     # -- reading -------------------------------------------------------------
 
-    _listed: dict[str, Queue] | None = None  # the queues streams() found last
-
     def _queues(self) -> dict[str, Queue]:
         return scan_folder(self.source)
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
-        # kept for writable(): a listing asks it of every view, and a folder
-        # scan per view made `ls -l` of N writer files O(N^2)
-        self._listed = self._queues()
-        for _, queue in sorted(self._listed.items()):
+        for _, queue in sorted(self._queues().items()):
             bucket = self.options["time_bucket"]
             out.extend(WriterStream(w, bucket) for w in queue.writers)
             out.extend(LegacyStream(f) for f in queue.legacy)
         return out
 
-    def view_sources(self, view_path: str) -> list[Path] | None:
+    def view_sources(self, streams: list[Stream]) -> dict[str, list[Path]]:
         """A reader document is its reader file; pending items are that file
         and the queue's writer files; items.jsonl the queue's legacy files."""
-        parts = view_path.split("/")
-        if len(parts) < 2 or parts[1] not in ("readers", "pending", "items.jsonl"):
-            return None  # a stream view: its own file
+        out: dict[str, list[Path]] = {}
         for queue in self._queues().values():
-            if view_path == items_view(queue.name):
-                return [f.path for f in queue.legacy]
+            if queue.legacy:
+                out[items_view(queue.name)] = [f.path for f in queue.legacy]
+            writers = [w.path for w in queue.writers]
             for rf in queue.readers:
-                if view_path == reader_view(queue.name, rf.reader):
-                    return [rf.path]
-                if view_path == pending_view(queue.name, rf.reader):
-                    return [rf.path] + [w.path for w in queue.writers]
-        return None
+                out[reader_view(queue.name, rf.reader)] = [rf.path]
+                out[pending_view(queue.name, rf.reader)] = [rf.path, *writers]
+        return out
 
     def _reader_states(self, queue: Queue) -> tuple[dict[str, ReaderState], list[Problem]]:
         states: dict[str, ReaderState] = {}
@@ -190,21 +183,25 @@ class KestrelFormat(Format):
 
     # -- writing -------------------------------------------------------------
 
-    def writable(self, view_path: str) -> bool:
-        if self._listed is None:
-            return super().writable(view_path)
-        try:
-            self._writer(view_path, False, self._listed)
-        except (ReadOnlyView, FileNotFoundError, FormatError, OSError):
-            return False
-        return True
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        # writer()'s answers with the folder scanned once for the whole
+        # listing: once per view made `ls -l` of N queues O(N^2)
+        queues = _by_name(self._queues())
+        out = set()
+        for view in views:
+            try:
+                self._writer(view, False, queues)
+            except (ReadOnlyView, FileNotFoundError, FormatError, OSError):
+                continue
+            out.add(view)
+        return out
 
     def writer(self, view_path: str, create: bool) -> Writer:
-        return self._writer(view_path, create, self._queues())
+        return self._writer(view_path, create, _by_name(self._queues()))
 
-    def _writer(self, view_path: str, create: bool, found: dict[str, Queue]) -> Writer:
+    def _writer(self, view_path: str, create: bool, queues: dict[str, Queue]) -> Writer:
+        """writer() with `queues` by the encoded name of their folder."""
         parts = view_path.strip("/").split("/")
-        queues = {encode_name(name): queue for name, queue in found.items()}
         queue = queues.get(parts[0]) if parts else None
         if len(parts) == 2 and parts[1] == "items.jsonl" and queue and queue.legacy:
             raise ReadOnlyView(f"{view_path}: kestrel 2.x queues are read-only", read_only_kind=True)
@@ -243,6 +240,11 @@ def pending_records(queue: Queue, head: int, done: set[int]) -> list[Record]:
         found.extend(iter_puts(wf, keep))
     found.sort(key=lambda pair: pair[0].id)  # stable: repeated ids keep file order
     return [put_record(p.id, p.add_time, p.expire_time, p.error_count, data) for p, data in found]
+
+
+def _by_name(queues: dict[str, Queue]) -> dict[str, Queue]:
+    """Queues by the encoded name of their views' folder."""
+    return {encode_name(name): queue for name, queue in queues.items()}
 
 
 def _size(path: Path) -> int | None:

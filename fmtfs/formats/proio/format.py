@@ -11,6 +11,7 @@ Spark's way.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +63,6 @@ class ProioFormat(Format):
         self._fallbacks = fallbacks
         self._streams: dict[Path, ProioStream] = {}
         self._writers: dict[Path, ProioWriter] = {}
-        self._listed: dict[str, Path] | None = None  # encoded name -> file, as streams() last listed
 
     @classmethod
     def detect(cls, source: Path) -> bool:
@@ -77,11 +77,7 @@ class ProioFormat(Format):
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
-        paths = self._paths()
-        # writable() and view_sources() answer from this listing: listing
-        # the folder per view made `ls -l` of N files O(N^2)
-        self._listed = _by_name(paths)
-        for path in paths:
+        for path in self._paths():
             stream = self._streams.get(path)
             if stream is None:
                 stream = self._streams[path] = ProioStream(path.name, path, self._fallbacks)
@@ -95,13 +91,9 @@ class ProioFormat(Format):
             views[f"{encode_name(path.name)}/_summary.txt"] = lambda p=path: summary([p])
         return views
 
-    def view_sources(self, view_path: str) -> list[Path] | None:
+    def view_sources(self, streams: list[Stream]) -> dict[str, list[Path]]:
         """A file's `_summary.txt` reads that file only (the root one: all)."""
-        parts = view_path.split("/")
-        if len(parts) == 2 and parts[1] == "_summary.txt":
-            listed = self._listed if self._listed is not None else _by_name(self._paths())
-            return [listed[parts[0]]] if parts[0] in listed else None
-        return None
+        return {f"{encode_name(s.path.name)}/_summary.txt": [s.path] for s in streams}
 
     def view_schema(self, view_path: str) -> ViewSchema | None:
         """Event lines (`events.jsonl`, `buckets/<n>.jsonl`), and type lines
@@ -163,11 +155,9 @@ class ProioFormat(Format):
             "bundled_descriptors": sorted(bundled().blobs),
         }
 
-    def writable(self, view_path: str) -> bool:
-        if self._listed is None:
-            return super().writable(view_path)
-        parts = view_path.strip("/").split("/")
-        return len(parts) == 2 and parts[1] == "events.jsonl" and parts[0] in self._listed
+    def writable_views(self, streams: list[Stream], views: Collection[str]) -> set[str]:
+        # every file's events.jsonl (writer() looks for the file among all)
+        return {s.events_path for s in streams if isinstance(s, ProioStream)} & set(views)
 
     def writer(self, view_path: str, create: bool) -> Writer:
         parts = view_path.strip("/").split("/")
