@@ -589,7 +589,7 @@ class SchemaChanged(Exception):
 
 
 def write_twin(
-    batches: Iterable[list[Record]],
+    batches: Iterable[list[Record] | pa.StructArray],
     schema: ViewSchema | None,
     target: Path,
     shape: Shape | None = None,
@@ -597,6 +597,7 @@ def write_twin(
 ) -> int:
     """Records -> the Parquet twin at `target` (atomic), row group by row
     group in bounded memory (see the module docstring).  Returns the rows.
+    A batch is a list of records or their struct array (records_to_array).
     `shape`: what earlier records of the view taught (new rows of a grown
     view are typed as the whole view; it is updated); with `expect`, raises
     SchemaChanged, writing nothing, if the records need another schema."""
@@ -606,8 +607,8 @@ def write_twin(
     try:
         shape = Shape(schema) if shape is None else shape
         for batch in batches:
-            if batch:
-                arr = records_to_array(batch)
+            arr = batch if isinstance(batch, pa.Array) else records_to_array(batch) if batch else None
+            if arr is not None and len(arr):
                 shape.add(arr)
                 spill.put(arr)
         typer = Typer(shape)

@@ -14,8 +14,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
+from fmtfs.twinchunks import ChunkArrays
 from fmtfs.twins import ParquetFile
 from fmtfs.views import SourceTree
 
@@ -43,11 +45,24 @@ def build_all(tree: SourceTree, progress: BuildProgress | None = None) -> int:
     """Build every twin of `tree` not on disk yet (`fmtfs index`); returns
     how many were built.  `progress(done, total)` after each."""
     missing = [t for t in twins_of(tree) if not t.built()]
-    for done, twin in enumerate(missing, 1):
-        twin.build()
-        if progress is not None:
-            progress(done, len(missing))
+    with sharing_chunks(tree, missing):
+        for done, twin in enumerate(missing, 1):
+            twin.build()
+            if progress is not None:
+                progress(done, len(missing))
     return len(missing)
+
+
+@contextmanager
+def sharing_chunks(tree: SourceTree, twins: list[ParquetFile]) -> Iterator[None]:
+    """A build round of `twins`: each chunk is decoded once for all of them
+    (fmtfs.twinchunks)."""
+    with ChunkArrays(tree.twins.folder, [t.source for t in twins]) as chunks:
+        tree.twins.shared = chunks
+        try:
+            yield
+        finally:
+            tree.twins.shared = None
 
 
 class TwinBuilder:
@@ -178,18 +193,17 @@ def child_main() -> None:
     parent = job["parent"]
     tree = SourceTree(open_source(job["source"], job["format"], job["options"]), job["cache_dir"])
     by_view = {twin.view: twin for twin in twins_of(tree)}
-    for view in job["views"]:
-        if os.getppid() != parent:
-            return  # the mount ended
-        twin = by_view.get(view)
-        if twin is None:
-            continue  # gone from the source meanwhile
-        try:
-            twin.build()
-        except Exception as exc:  # noqa: BLE001 - one bad view must not stop the others
-            print(f"{view}: {type(exc).__name__}: {exc}", file=sys.stderr)
-            continue
-        print(view, flush=True)
+    todo = [by_view[view] for view in job["views"] if view in by_view]  # others left the source
+    with sharing_chunks(tree, todo):
+        for twin in todo:
+            if os.getppid() != parent:
+                return  # the mount ended
+            try:
+                twin.build()
+            except Exception as exc:  # noqa: BLE001 - one bad view must not stop the others
+                print(f"{twin.view}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                continue
+            print(twin.view, flush=True)
 
 
 def _die_with_parent(parent: int) -> None:

@@ -114,6 +114,14 @@ class Builder(Protocol):
         """Build the twins of `views` in a child process, returning when done."""
 
 
+class SharedChunks(Protocol):
+    """Chunks decoded once for every twin of a build round
+    (fmtfs.twinchunks.ChunkArrays)."""
+
+    def arrays(self, view: ViewFile) -> Iterable[pa.StructArray]:
+        """The records of `view`, in order, as Arrow struct arrays."""
+
+
 class Twins:
     """The twins of one source: where they live, and the builder if any."""
 
@@ -123,6 +131,7 @@ class Twins:
         self.source_key = source_key
         self.format = fmt
         self.builder: Builder | None = None  # set in a mount (fmtfs.twinbuilder)
+        self.shared: SharedChunks | None = None  # set for a build round (fmtfs.twinbuilder)
         self.noted: dict[str, float] = {}  # view prefix -> monotonic time its marker was last touched
         self._remove_leftovers()
 
@@ -254,7 +263,9 @@ class ParquetFile(ViewFile):
                 shape, keep_rows = appended, True
             else:
                 shape, keep_rows = parquet.Shape(schema), False
-                parquet.write_twin(self.source.records(), schema, part, shape=shape)
+                shared = self.twins.shared
+                batches = shared.arrays(self.source) if shared is not None else self.source.records()
+                parquet.write_twin(batches, schema, part, shape=shape)
                 if base is not None and not self.twins.reported_lately(self.prefix):
                     base = None  # nobody can hold the size of a version any more: no dead weight
             meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
