@@ -77,6 +77,7 @@ import pyarrow.parquet as pq
 from fmtfs.formats.base import BadRecord, Record
 from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.shape import parse_time
+from fmtfs.twins import VERSION  # noqa: F401 - the typing rules' version (Spark's schema cache key)
 
 # Row groups: about this many bytes of Arrow data each, at least MIN rows,
 # and at least TARGET_GROUPS of them for a view that is not tiny, so Spark
@@ -85,8 +86,6 @@ from fmtfs.shape import parse_time
 ROW_GROUP_BYTES = 8 << 20
 ROW_GROUP_MIN_ROWS = 1024
 TARGET_GROUPS = 8
-# Part of every twin's file name: a change of the typing rules rebuilds twins.
-VERSION = 2
 
 SUFFIX = "_base64"
 

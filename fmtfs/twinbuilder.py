@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fmtfs.twinchunks import ChunkArrays
 from fmtfs.twins import ParquetFile
 from fmtfs.views import SourceTree
 
@@ -57,6 +56,8 @@ def build_all(tree: SourceTree, progress: BuildProgress | None = None) -> int:
 def sharing_chunks(tree: SourceTree, twins: list[ParquetFile]) -> Iterator[None]:
     """A build round of `twins`: each chunk is decoded once for all of them
     (fmtfs.twinchunks)."""
+    from fmtfs.twinchunks import ChunkArrays  # pyarrow: not in a mount that builds no twin itself
+
     with ChunkArrays(tree.twins.folder, [t.source for t in twins]) as chunks:
         tree.twins.shared = chunks
         try:

@@ -30,8 +30,8 @@ import pyarrow as pa
 from fmtfs.formats.base import Chunk, Record
 from fmtfs.index import StreamEntry
 from fmtfs.parquet import records_to_array
-from fmtfs.views import IndexedFile, SlicedFile
 from fmtfs.viewfile import ViewFile
+from fmtfs.views import IndexedFile, SlicedFile
 
 # (stream, view) pairs a round's twins draw records from
 Source = tuple[str, str]

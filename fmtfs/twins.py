@@ -3,7 +3,7 @@
 A twin (`parquet/<view>.parquet`) is a file under `<cache-dir>/parquet`
 named `<view key>-<state key>.parquet`: the view key is the source and the
 view path, the state key the view's identity (cheap: from the native
-files' identities, never by decoding) and fmtfs.parquet.VERSION.  A stat
+files' identities, never by decoding) and VERSION.  A stat
 of a twin whose file exists is one `stat()`.
 
 Who builds a twin, and when:
@@ -54,12 +54,8 @@ twin builds it."""
 
 from __future__ import annotations
 
-import base64
-import bisect
-import dataclasses
 import fcntl
 import logging
-import math
 import os
 import time
 from collections.abc import Iterable, Iterator
@@ -67,17 +63,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import orjson
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from fmtfs import __version__, parquet
-from fmtfs.formats.base import Record
-from fmtfs.index import ViewPieces, digest
-from fmtfs.parquet_splice import splice
+from fmtfs.index import digest
 from fmtfs.viewfile import ViewFile
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from fmtfs.formats.schema import ViewSchema
 
 log = logging.getLogger("fmtfs")
@@ -93,15 +84,10 @@ IN_PROCESS_LIMIT = 32 << 20
 GRACE_SECONDS = 600.0
 NOTE_SECONDS = 30.0
 
-# A twin grown by many small appends (a live queue) has many small row
-# groups; past this many times the groups a whole build would make (plus a
-# few), it is rebuilt whole instead.
-MAX_GROUPS_FACTOR = 2
-TARGET_EXTRA_GROUPS = 16
-
-# Key-value metadata of a twin: what its growth by appending needs.
-SHAPE_KEY = "fmtfs.shape"
-BUILT_FROM_KEY = "fmtfs.built_from"
+# Part of every twin's file name: a change of fmtfs.parquet's typing rules
+# or of the twins' layout rebuilds them (defined here, not in fmtfs.parquet:
+# a mount names twins without loading pyarrow).
+VERSION = 2
 
 
 class Builder(Protocol):
@@ -189,7 +175,7 @@ class ParquetFile(ViewFile):
     def target(self, identity: str | None = None) -> Path:
         """The file of the view's current state (it may not exist yet)."""
         identity = self.source.identity() if identity is None else identity
-        return self.twins.folder / f"{self.prefix}{digest(identity, parquet.VERSION)[:24]}.parquet"
+        return self.twins.folder / f"{self.prefix}{digest(identity, VERSION)[:24]}.parquet"
 
     def built(self) -> bool:
         return self.target().exists()
@@ -250,61 +236,12 @@ class ParquetFile(ViewFile):
         return target
 
     def _write(self, target: Path, schema: ViewSchema | None) -> None:
-        """The twin of the view's state at `target`: the previous file's
-        bytes first where a reader may hold its size, then only the new
-        rows where the view grew by appending, else every row."""
-        built_from = {"bytes": self.source.size(), "native": _native_of(self.source), "fmtfs": __version__}
-        base = self._newest_older(target)
-        scratch = f"{target.name}.{os.getpid()}"
-        part, out = target.with_name(scratch + ".part.tmp"), target.with_name(scratch + ".out.tmp")
-        try:
-            appended = base is not None and self._append(base, built_from, part, schema)
-            if appended:
-                shape, keep_rows = appended, True
-            else:
-                shape, keep_rows = parquet.Shape(schema), False
-                shared = self.twins.shared
-                batches = shared.arrays(self.source) if shared is not None else self.source.records()
-                parquet.write_twin(batches, schema, part, shape=shape)
-                if base is not None and not self.twins.reported_lately(self.prefix):
-                    base = None  # nobody can hold the size of a version any more: no dead weight
-            meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
-            splice(base, part, out, keep_rows, meta)
-            os.replace(out, target)
-        finally:
-            part.unlink(missing_ok=True)
-            out.unlink(missing_ok=True)
+        # imported here: pyarrow is loaded only by a process that builds a
+        # twin, not by a mount that serves twins built by its builder child
+        # (nor by the decode workers it spawns), about 60 MB of RSS each
+        from fmtfs import twinwrite
 
-    def _append(
-        self,
-        base: Path,
-        built_from: dict[str, Any],
-        part: Path,
-        schema: ViewSchema | None,
-    ) -> parquet.Shape | None:
-        """Write only the rows the view gained since `base` was built into
-        `part`, typed as the whole view; their Shape, or None when the view
-        did not grow by appending or its schema changes."""
-        try:
-            footer = pq.read_metadata(base)
-            meta = footer.metadata or {}
-            before = orjson.loads(meta[BUILT_FROM_KEY.encode()])
-            shape = _shape_of(meta[SHAPE_KEY.encode()], schema)
-        except (OSError, KeyError, ValueError, pa.ArrowInvalid):
-            return None  # an older twin without the facts: rebuilt whole
-        if not _grew_by_appending(before, built_from):
-            return None
-        wanted = math.ceil(shape.rows / parquet.group_rows(shape.rows, shape.nbytes))
-        if footer.num_row_groups > MAX_GROUPS_FACTOR * wanted + TARGET_EXTRA_GROUPS:
-            return None  # many small appends: rewritten whole into full-sized row groups
-        batches = _records_past(self.source, before["bytes"])
-        if batches is None:
-            return None
-        try:
-            parquet.write_twin(batches, schema, part, shape=shape, expect=pq.read_schema(base))
-        except parquet.SchemaChanged:
-            return None
-        return shape
+        twinwrite.write_version(self, target, self._newest_older(target), schema)
 
     def _remove_older(self, keep: Path) -> None:
         """Drop files of earlier states (never a newer one a concurrent build
@@ -332,7 +269,7 @@ class ParquetFile(ViewFile):
             return handle.read(offset, size)
 
     def identity(self) -> str:
-        return digest(self.source.identity(), parquet.VERSION, "parquet")
+        return digest(self.source.identity(), VERSION, "parquet")
 
     def records(self):
         raise NotImplementedError
@@ -363,80 +300,3 @@ class TwinHandle:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-# -- growth by appending -------------------------------------------------------
-
-
-def _native_of(view: Any) -> list[Any] | None:
-    """The native file a stream view is decoded from (path, inode, size), or
-    None for views made of several streams or computed from the source."""
-    entry = getattr(view, "entry", None)  # an IndexedFile (fmtfs.views)
-    if entry is None:
-        return None
-    return [entry.identity.path, entry.identity.inode, entry.identity.size]
-
-
-def _grew_by_appending(before: dict[str, Any], now: dict[str, Any]) -> bool:
-    """Whether the view's records when `before` was built are the first
-    records of the view now: the same native file, grown (the chunk index
-    keeps the chunks of a grown file: fmtfs.index), the same fmtfs."""
-    old, new = before.get("native"), now["native"]
-    return (
-        old is not None
-        and new is not None
-        and old[:2] == new[:2]
-        and old[2] <= new[2]
-        and before["bytes"] <= now["bytes"]
-        and before.get("fmtfs") == now["fmtfs"]
-    )
-
-
-def _records_past(view: Any, done: int) -> Iterable[list[Record]] | None:
-    """The record batches of a stream view past its first `done` bytes of
-    JSON, decoding only the chunks from the one holding byte `done`; None
-    if `done` is not the end of a line there."""
-    pieces: ViewPieces = view.entry.views.get(view.view, ViewPieces())
-    first = bisect.bisect_right(pieces.ends, done)  # the first piece ending past `done`
-    if first == len(pieces.seqs):
-        return []
-    start = pieces.ends[first - 1] if first else 0
-    skip = 0
-    if done > start:
-        rendered = view.index.piece(view.entry, view.view, pieces.seqs[first])
-        if rendered[done - start - 1 : done - start] != b"\n":
-            return None
-        skip = rendered[: done - start].count(b"\n")
-    rest = ViewPieces(pieces.seqs[first:], pieces.ends[first:])
-    entry = dataclasses.replace(view.entry, views={view.view: rest})
-    batches = iter(view.index.records(entry, view.view))
-    return _skipping(batches, skip)
-
-
-def _skipping(batches: Iterator[list[Record]], skip: int) -> Iterator[list[Record]]:
-    for n, batch in enumerate(batches):
-        yield batch[skip:] if n == 0 else batch
-
-
-def _shape_text(shape: parquet.Shape) -> str:
-    """A Shape as text for a twin's key-value metadata (its declaration is
-    the format's: not stored)."""
-    schema = pa.schema(list(shape.type)).serialize().to_pybytes()
-    return orjson.dumps(
-        {
-            "type": base64.b64encode(schema).decode(),
-            "not_times": [list(path) for path in shape.not_times],
-            "rows": shape.rows,
-            "nbytes": shape.nbytes,
-        }
-    ).decode()
-
-
-def _shape_of(text: bytes, declared: ViewSchema | None) -> parquet.Shape:
-    document = orjson.loads(text)
-    shape = parquet.Shape(declared)
-    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["type"])))
-    shape.type = pa.struct(list(schema))
-    shape.not_times = {tuple(path) for path in document["not_times"]}
-    shape.rows, shape.nbytes = document["rows"], document["nbytes"]
-    return shape

@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from fmtfs import parquet, twinbuilder, twins
+from fmtfs import parquet, twinbuilder, twins, twinwrite
 from fmtfs.render import parse_lines
 from fmtfs.samples.beats import generate as beats_sample
 from fmtfs.samples.wallaby import generate as wallaby_sample
@@ -374,8 +374,8 @@ def test_a_twin_grown_by_many_small_appends_is_rebuilt_into_full_row_groups(
     source = wallaby_sample(tmp_path / "src", 20_000)
     tree = tree_of(source, tmp_path / "cache")
     first = pq.ParquetFile(tree.files[TWIN].build()).metadata.num_row_groups
-    monkeypatch.setattr(twins, "MAX_GROUPS_FACTOR", 1)
-    monkeypatch.setattr(twins, "TARGET_EXTRA_GROUPS", 0)
+    monkeypatch.setattr(twinwrite, "MAX_GROUPS_FACTOR", 1)
+    monkeypatch.setattr(twinwrite, "TARGET_EXTRA_GROUPS", 0)
     counts = []
     for n in range(2):
         WallabyWriter(source / "events.log").write([{"data": f"small {n}"}])

@@ -1,0 +1,178 @@
+"""Writing one version of a Parquet twin (fmtfs.twins says which file and
+when): the previous version's bytes first where a reader may still hold
+its size, then either only the rows the view gained (a stream that grew by
+appending, its schema unchanged) or every row.
+
+The facts a later growth by appending needs (the Shape the schema was
+learnt from, and what the twin was built from: the view's JSON length, its
+native file) travel in the twin's key-value metadata.  Kept apart from
+fmtfs.twins so that only a process that builds twins loads pyarrow."""
+
+from __future__ import annotations
+
+import base64
+import bisect
+import dataclasses
+import math
+import os
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from fmtfs import __version__, parquet
+from fmtfs.formats.base import Record
+from fmtfs.index import ViewPieces
+from fmtfs.parquet_splice import splice
+
+if TYPE_CHECKING:
+    from fmtfs.formats.schema import ViewSchema
+    from fmtfs.twins import ParquetFile
+
+# A twin grown by many small appends (a live queue) has many small row
+# groups; past this many times the groups a whole build would make (plus a
+# few), it is rebuilt whole instead.
+MAX_GROUPS_FACTOR = 2
+TARGET_EXTRA_GROUPS = 16
+
+# Key-value metadata of a twin: what its growth by appending needs.
+SHAPE_KEY = "fmtfs.shape"
+BUILT_FROM_KEY = "fmtfs.built_from"
+
+
+def write_version(twin: ParquetFile, target: Path, base: Path | None, schema: ViewSchema | None) -> None:
+    """The twin of the view's state at `target`: the bytes of `base` (the
+    previous version) first where a reader may hold its size, then only
+    the new rows where the view grew by appending, else every row."""
+    built_from = {"bytes": twin.source.size(), "native": _native_of(twin.source), "fmtfs": __version__}
+    scratch = f"{target.name}.{os.getpid()}"
+    part, out = target.with_name(scratch + ".part.tmp"), target.with_name(scratch + ".out.tmp")
+    try:
+        appended = base is not None and _append(twin, base, built_from, part, schema)
+        if appended:
+            shape, keep_rows = appended, True
+        else:
+            shape, keep_rows = parquet.Shape(schema), False
+            shared = twin.twins.shared
+            batches = shared.arrays(twin.source) if shared is not None else twin.source.records()
+            parquet.write_twin(batches, schema, part, shape=shape)
+            if base is not None and not twin.twins.reported_lately(twin.prefix):
+                base = None  # nobody can hold the size of a version any more: no dead weight
+        meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
+        splice(base, part, out, keep_rows, meta)
+        os.replace(out, target)
+    finally:
+        part.unlink(missing_ok=True)
+        out.unlink(missing_ok=True)
+
+
+def _append(
+    twin: ParquetFile,
+    base: Path,
+    built_from: dict[str, Any],
+    part: Path,
+    schema: ViewSchema | None,
+) -> parquet.Shape | None:
+    """Write only the rows the view gained since `base` was built into
+    `part`, typed as the whole view; their Shape, or None when the view
+    did not grow by appending or its schema changes."""
+    try:
+        footer = pq.read_metadata(base)
+        meta = footer.metadata or {}
+        before = orjson.loads(meta[BUILT_FROM_KEY.encode()])
+        shape = _shape_of(meta[SHAPE_KEY.encode()], schema)
+    except (OSError, KeyError, ValueError, pa.ArrowInvalid):
+        return None  # an older twin without the facts: rebuilt whole
+    if not _grew_by_appending(before, built_from):
+        return None
+    wanted = math.ceil(shape.rows / parquet.group_rows(shape.rows, shape.nbytes))
+    if footer.num_row_groups > MAX_GROUPS_FACTOR * wanted + TARGET_EXTRA_GROUPS:
+        return None  # many small appends: rewritten whole into full-sized row groups
+    batches = _records_past(twin.source, before["bytes"])
+    if batches is None:
+        return None
+    try:
+        parquet.write_twin(batches, schema, part, shape=shape, expect=pq.read_schema(base))
+    except parquet.SchemaChanged:
+        return None
+    return shape
+
+
+# -- growth by appending -------------------------------------------------------
+
+
+def _native_of(view: Any) -> list[Any] | None:
+    """The native file a stream view is decoded from (path, inode, size), or
+    None for views made of several streams or computed from the source."""
+    entry = getattr(view, "entry", None)  # an IndexedFile (fmtfs.views)
+    if entry is None:
+        return None
+    return [entry.identity.path, entry.identity.inode, entry.identity.size]
+
+
+def _grew_by_appending(before: dict[str, Any], now: dict[str, Any]) -> bool:
+    """Whether the view's records when `before` was built are the first
+    records of the view now: the same native file, grown (the chunk index
+    keeps the chunks of a grown file: fmtfs.index), the same fmtfs."""
+    old, new = before.get("native"), now["native"]
+    return (
+        old is not None
+        and new is not None
+        and old[:2] == new[:2]
+        and old[2] <= new[2]
+        and before["bytes"] <= now["bytes"]
+        and before.get("fmtfs") == now["fmtfs"]
+    )
+
+
+def _records_past(view: Any, done: int) -> Iterable[list[Record]] | None:
+    """The record batches of a stream view past its first `done` bytes of
+    JSON, decoding only the chunks from the one holding byte `done`; None
+    if `done` is not the end of a line there."""
+    pieces: ViewPieces = view.entry.views.get(view.view, ViewPieces())
+    first = bisect.bisect_right(pieces.ends, done)  # the first piece ending past `done`
+    if first == len(pieces.seqs):
+        return []
+    start = pieces.ends[first - 1] if first else 0
+    skip = 0
+    if done > start:
+        rendered = view.index.piece(view.entry, view.view, pieces.seqs[first])
+        if rendered[done - start - 1 : done - start] != b"\n":
+            return None
+        skip = rendered[: done - start].count(b"\n")
+    rest = ViewPieces(pieces.seqs[first:], pieces.ends[first:])
+    entry = dataclasses.replace(view.entry, views={view.view: rest})
+    batches = iter(view.index.records(entry, view.view))
+    return _skipping(batches, skip)
+
+
+def _skipping(batches: Iterator[list[Record]], skip: int) -> Iterator[list[Record]]:
+    for n, batch in enumerate(batches):
+        yield batch[skip:] if n == 0 else batch
+
+
+def _shape_text(shape: parquet.Shape) -> str:
+    """A Shape as text for a twin's key-value metadata (its declaration is
+    the format's: not stored)."""
+    schema = pa.schema(list(shape.type)).serialize().to_pybytes()
+    return orjson.dumps(
+        {
+            "type": base64.b64encode(schema).decode(),
+            "not_times": [list(path) for path in shape.not_times],
+            "rows": shape.rows,
+            "nbytes": shape.nbytes,
+        }
+    ).decode()
+
+
+def _shape_of(text: bytes, declared: ViewSchema | None) -> parquet.Shape:
+    document = orjson.loads(text)
+    shape = parquet.Shape(declared)
+    schema = pa.ipc.read_schema(pa.py_buffer(base64.b64decode(document["type"])))
+    shape.type = pa.struct(list(schema))
+    shape.not_times = {tuple(path) for path in document["not_times"]}
+    shape.rows, shape.nbytes = document["rows"], document["nbytes"]
+    return shape
