@@ -96,6 +96,12 @@ def _stream(name: str) -> Stream:
     return stream
 
 
+def worker_stream(name: str) -> Stream:
+    """In a worker: the stream `name` of the worker's source (for functions
+    other modules run in the pool with DecodePool.run)."""
+    return _stream(name)
+
+
 def _render_chunk(name: str, start: int, end: int, state: State, view: str | None) -> dict[str, bytes]:
     return render_chunk(_stream(name), Chunk(start, end, state, {}), view)
 
@@ -158,6 +164,11 @@ class DecodePool:
         self._executor()
         for future in self._warmups:
             future.result()
+
+    def run(self, fn, *args) -> Future:
+        """Run `fn(*args)` in a worker (a module-level function; the Parquet
+        twins' builder decodes chunks into Arrow this way, fmtfs.twinchunks)."""
+        return self._submit(fn, *args)
 
     def submit(
         self, stream: str, start: int, end: int, state: State, view: str | None = None

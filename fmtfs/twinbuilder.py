@@ -59,6 +59,8 @@ def sharing_chunks(tree: SourceTree, twins: list[ParquetFile]) -> Iterator[None]
     from fmtfs.twinchunks import ChunkArrays  # pyarrow: not in a mount that builds no twin itself
 
     with ChunkArrays(tree.twins.folder, [t.source for t in twins]) as chunks:
+        if tree.pool is not None:  # fmtfs index: decoded on every core
+            chunks.prefetch(tree.pool, [t.source for t in twins])
         tree.twins.shared = chunks
         try:
             yield
