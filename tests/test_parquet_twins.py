@@ -21,7 +21,7 @@ from fmtfs.render import parse_lines
 from fmtfs.samples.beats import generate as beats_sample
 from fmtfs.samples.wallaby import generate as wallaby_sample
 from tests.mounting import mounted
-from tests.test_parquet import batches, declared_bytes, same_records, tree_of, twin_records
+from tests.test_parquet import OPTIONS, batches, declared_bytes, same_records, tree_of, twin_records
 
 TWIN = "parquet/events.log/records.parquet"
 VIEW = "events.log/records.jsonl"
@@ -449,3 +449,71 @@ def test_a_builder_started_before_a_stat_still_keeps_the_old_bytes(tmp_path: Pat
     rebuilt = builder.files[path].build()  # a new field: rebuilt whole, by the other tree
     data = rebuilt.read_bytes()
     assert data[: len(first)] == first and min(group_starts(data)) > len(first)
+
+
+# -- a build round decodes each chunk once --------------------------------------
+
+
+def twin_files(cache: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in (cache / "parquet").glob("*.parquet")}
+
+
+def test_a_build_round_decodes_each_chunk_once_for_all_its_twins(tmp_path: Path, monkeypatch) -> None:
+    source = beats_sample(tmp_path / "src", 12_000, segments=3)  # ACKed a third into segment 0
+    alone = tree_of(source, tmp_path / "alone")
+    for twin in twinbuilder.twins_of(alone):
+        twin.build()  # one twin at a time, each reading its own records
+    tree = tree_of(source, tmp_path / "round")
+    stream_type = type(tree.entries[0].stream)
+    real_decode = stream_type.decode
+    decoded: list[tuple[str, int]] = []
+
+    def counting(stream, chunk):
+        decoded.append((stream.name, chunk.start))
+        return real_decode(stream, chunk)
+
+    monkeypatch.setattr(stream_type, "decode", counting)
+    twins_made = twinbuilder.build_all(tree)
+    assert twins_made == len(twinbuilder.twins_of(tree)) >= 5  # segments, buckets, pending
+    chunks = {(e.stream.name, c.start) for e in tree.entries for c in e.chunks}
+    assert set(decoded) == chunks
+    # once each, and once more the chunk where pending.jsonl starts (its
+    # remaining records are converted alone, as the view shows them)
+    assert len(decoded) == len(chunks) + 1
+    assert twin_files(tmp_path / "round") == twin_files(tmp_path / "alone")
+    assert not [p for p in (tmp_path / "round" / "parquet").iterdir() if "chunks-" in p.name]
+
+
+def test_fmtfs_index_converts_chunks_in_the_decode_workers_to_the_same_twins(
+    tmp_path: Path, monkeypatch
+) -> None:
+    from fmtfs.formats import open_source
+    from fmtfs.views import SourceTree
+
+    source = beats_sample(tmp_path / "src", 12_000, segments=3)
+    twinbuilder.build_all(tree_of(source, tmp_path / "one"))
+    tree = SourceTree(open_source(source, None, dict(OPTIONS)), tmp_path / "workers", workers=2)
+    stream_type = type(tree.entries[0].stream)
+    real_decode = stream_type.decode
+    in_process: list[int] = []
+    monkeypatch.setattr(
+        stream_type, "decode", lambda s, chunk: in_process.append(chunk.start) or real_decode(s, chunk)
+    )
+    try:
+        twinbuilder.build_all(tree)
+    finally:
+        tree.close()
+    # the workers decoded every chunk; in process only the records pending.jsonl starts with
+    assert len(in_process) == 1
+    assert twin_files(tmp_path / "workers") == twin_files(tmp_path / "one")
+
+
+def test_a_mount_serving_views_does_not_load_pyarrow() -> None:
+    # the mount, and the decode workers it spawns, import these; pyarrow is
+    # loaded only where a twin is built (fmtfs.twinwrite, fmtfs.twinchunks)
+    import subprocess
+    import sys
+
+    code = "import sys, fmtfs.cli, fmtfs.fuse, fmtfs.decoders, fmtfs.views; print('pyarrow' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "False"
