@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from fmtfs.twins import ParquetFile
+from fmtfs.twins import Deferred, ParquetFile
 from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")
@@ -36,6 +36,13 @@ REBUILD_SPACING = 5.0
 QUIET_SECONDS = 2.0
 
 
+# What the builder's child says of each view (one line each, after a tab).
+BUILT, DEFERRED = "built", "deferred"
+
+# A Deferred rebuild (fmtfs.twins) is tried again this much later.
+DEFERRED_RETRY = 60.0
+
+
 def twins_of(tree: SourceTree) -> list[ParquetFile]:
     return [f for f in list(tree.files.values()) if isinstance(f, ParquetFile)]
 
@@ -44,12 +51,17 @@ def build_all(tree: SourceTree, progress: BuildProgress | None = None) -> int:
     """Build every twin of `tree` not on disk yet (`fmtfs index`); returns
     how many were built.  `progress(done, total)` after each."""
     missing = [t for t in twins_of(tree) if not t.built()]
+    built = 0
     with sharing_chunks(tree, missing):
         for done, twin in enumerate(missing, 1):
-            twin.build()
+            try:
+                twin.build()
+                built += 1
+            except Deferred as why:  # a mount's readers hold its size: its builder rebuilds it later
+                log.info("%s", why)
             if progress is not None:
                 progress(done, len(missing))
-    return len(missing)
+    return built
 
 
 @contextmanager
@@ -149,8 +161,10 @@ class TwinBuilder:
         done = build_in_child(self.tree, [t.view for t in todo])
         took = time.monotonic() - started
         for twin in todo:
-            if twin.view in done:
+            if done.get(twin.view) == BUILT:
                 self.next_rebuild[twin.view] = time.monotonic() + REBUILD_SPACING * took / len(todo)
+            elif done.get(twin.view) == DEFERRED:  # tried again once stats may have paused
+                self.next_rebuild[twin.view] = time.monotonic() + DEFERRED_RETRY
             else:
                 self.failed.add(twin.target().name)
         log.info("built %d Parquet twins in %.1f s", len(done), took)
@@ -161,9 +175,9 @@ def start_builder(tree: SourceTree) -> TwinBuilder:
     return TwinBuilder(tree).start()
 
 
-def build_in_child(tree: SourceTree, views: list[str]) -> set[str]:
-    """Build the twins of `views` in a child process; returns the views
-    built.  The job (options, key included) travels on the child's stdin,
+def build_in_child(tree: SourceTree, views: list[str]) -> dict[str, str]:
+    """Build the twins of `views` in a child process; returns view -> BUILT
+    or DEFERRED for the views it did not fail.  The job (options, key included) travels on the child's stdin,
     never on its command line."""
     fmt = tree.format
     job = {
@@ -182,12 +196,13 @@ def build_in_child(tree: SourceTree, views: list[str]) -> set[str]:
     )
     for line in done.stderr.decode(errors="replace").splitlines():
         log.warning("twin builder: %s", line)
-    return {line for line in done.stdout.decode().splitlines()}
+    outcomes = (line.rpartition("\t") for line in done.stdout.decode().splitlines())
+    return {view: outcome for view, _, outcome in outcomes}
 
 
 def child_main() -> None:
     """The builder's child process: build the twins of a job read from stdin,
-    printing each view whose twin is whole; exits when its mount is gone."""
+    printing each view with what became of its twin; exits when its mount is gone."""
     from fmtfs.formats import open_source
 
     os.nice(19)
@@ -203,10 +218,13 @@ def child_main() -> None:
                 return  # the mount ended
             try:
                 twin.build()
+            except Deferred:
+                print(f"{twin.view}\t{DEFERRED}", flush=True)
+                continue
             except Exception as exc:  # noqa: BLE001 - one bad view must not stop the others
                 print(f"{twin.view}: {type(exc).__name__}: {exc}", file=sys.stderr)
                 continue
-            print(twin.view, flush=True)
+            print(f"{twin.view}\t{BUILT}", flush=True)
 
 
 def _die_with_parent(parent: int) -> None:

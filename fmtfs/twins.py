@@ -45,8 +45,15 @@ the old size of the new file reads exactly the old file.
   after the old file's bytes if a stat reported a version of the twin
   within GRACE_SECONDS (the old bytes are then dead weight: no footer
   points at them); a twin nobody stat'd for that long is rebuilt without
-  them.  (Any version counts: each is a prefix of the next, so keeping the
-  newest file keeps every earlier one.  The time of the last report is a
+  them.  Dead weight is bounded: a rebuild that would keep more than
+  fmtfs.twinwrite.DEAD_FACTOR times the live bytes (plus DEAD_SLACK) is
+  Deferred while the twin is stat'd, and the previous version, whole,
+  stays served until a GRACE_SECONDS pause in stats lets the rebuild drop
+  the old bytes.  A twin's file is thus at most (1 + DEAD_FACTOR) times
+  its live bytes plus DEAD_SLACK, at the cost of a stale twin for a view
+  rebuilt whole again and again while readers never pause.  (Any version
+  counts: each is a prefix of the next, so keeping the newest file keeps
+  every earlier one.  The time of the last report is a
   marker file's, so a builder child started before it knows.)
 
 Without a mount (`fmtfs ls/cat`) there is no builder: a stat of a changed
@@ -98,6 +105,13 @@ class Builder(Protocol):
 
     def build_now(self, views: list[str]) -> None:
         """Build the twins of `views` in a child process, returning when done."""
+
+
+class Deferred(Exception):
+    """A whole rebuild that would keep more dead weight than the bound
+    (fmtfs.twinwrite.DEAD_FACTOR) while a reader may hold an older size:
+    the previous version stays served until nobody stat'd the twin for
+    GRACE_SECONDS."""
 
 
 class SharedChunks(Protocol):
@@ -203,7 +217,13 @@ class ParquetFile(ViewFile):
                 if target.exists():
                     self._served = (identity, target)
                     return target
-        return self.build()
+        try:
+            return self.build()
+        except Deferred:  # no mount's builder to retry it: the previous version, whole
+            older = self._newest_older(target)
+            if older is None:
+                raise
+            return older
 
     def _newest_older(self, target: Path) -> Path | None:
         found: list[tuple[int, Path]] = []

@@ -27,6 +27,7 @@ from fmtfs import __version__, parquet
 from fmtfs.formats.base import Record
 from fmtfs.index import ViewPieces
 from fmtfs.parquet_splice import splice
+from fmtfs.twins import Deferred
 
 if TYPE_CHECKING:
     from fmtfs.formats.schema import ViewSchema
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
 # few), it is rebuilt whole instead.
 MAX_GROUPS_FACTOR = 2
 TARGET_EXTRA_GROUPS = 16
+
+# A whole rebuild kept after the old file's bytes makes them dead weight.
+# It is Deferred (fmtfs.twins) when the old file holds more than this many
+# times its live bytes (its own row groups and footer) plus DEAD_SLACK:
+# the file a rebuild writes is then at most (1 + DEAD_FACTOR) x live + slack.
+DEAD_FACTOR = 2
+DEAD_SLACK = 16 << 20
 
 # Key-value metadata of a twin: what its growth by appending needs.
 SHAPE_KEY = "fmtfs.shape"
@@ -56,17 +64,41 @@ def write_version(twin: ParquetFile, target: Path, base: Path | None, schema: Vi
             shape, keep_rows = appended, True
         else:
             shape, keep_rows = parquet.Shape(schema), False
+            if base is not None and not twin.twins.reported_lately(twin.prefix):
+                base = None  # nobody can hold the size of a version any more: no dead weight
+            if base is not None and _too_dead(base):
+                raise Deferred(f"{twin.view}: {base.stat().st_size:,} bytes of earlier versions kept already")
             shared = twin.twins.shared
             batches = shared.arrays(twin.source) if shared is not None else twin.source.records()
             parquet.write_twin(batches, schema, part, shape=shape)
-            if base is not None and not twin.twins.reported_lately(twin.prefix):
-                base = None  # nobody can hold the size of a version any more: no dead weight
         meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
         splice(base, part, out, keep_rows, meta)
         os.replace(out, target)
     finally:
         part.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
+
+
+def _too_dead(base: Path) -> bool:
+    """Whether `base` as the prefix of a new version would make its dead
+    weight (all of `base`) pass the bound, measured by base's own."""
+    size = base.stat().st_size
+    try:
+        footer = pq.read_metadata(base)
+    except (OSError, pa.ArrowInvalid):
+        return False
+    starts = [_group_start(footer.row_group(i)) for i in range(footer.num_row_groups)]
+    live = size - (min(starts) - len(b"PAR1") if starts else 0)
+    return size > DEAD_FACTOR * live + DEAD_SLACK
+
+
+def _group_start(group: pq.RowGroupMetaData) -> int:
+    """Where a row group's bytes start (its first column chunk's first page)."""
+    column = group.column(0)
+    offsets = [column.data_page_offset]
+    if column.has_dictionary_page:
+        offsets.append(column.dictionary_page_offset)
+    return min(offsets)
 
 
 def _append(

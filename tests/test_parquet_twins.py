@@ -517,3 +517,33 @@ def test_a_mount_serving_views_does_not_load_pyarrow() -> None:
     code = "import sys, fmtfs.cli, fmtfs.fuse, fmtfs.decoders, fmtfs.views; print('pyarrow' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
+
+
+def test_dead_weight_is_bounded_past_it_the_old_twin_stays_served_until_stats_pause(
+    tmp_path: Path, monkeypatch
+) -> None:
+    source = beats_sample(tmp_path / "queue", 500, segments=1)
+    tree = tree_of(source, tmp_path / "cache")
+    path = "parquet/segments/0.parquet"
+    first = tree.read(path, 0, tree.size(path))  # a stat reports the first version
+    monkeypatch.setattr(twinwrite, "DEAD_FACTOR", 1)  # dead weight at most the live bytes
+    monkeypatch.setattr(twinwrite, "DEAD_SLACK", 0)
+
+    def add(fields: bytes) -> bytes:
+        line = b'{"timestamp": "2022-07-29T15:00:00Z", "flags": 1, "meta": {}, "fields": ' + fields + b"}\n"
+        tree.open_writer("segments/0.jsonl", False).write(line)
+        tree.refresh()
+        return tree.read(path, 0, tree.size(path))  # a new field: rebuilt whole
+
+    second = add(b'{"second": 1}')  # first had no dead weight: kept as the prefix
+    assert second[: len(first)] == first and min(group_starts(second)) > len(first)
+    third = add(b'{"third": "x"}')  # second's dead weight is as big as its live bytes: deferred
+    assert third == second  # the previous version, whole, is what a stat and a read give
+    missing = [t for t in twinbuilder.twins_of(tree) if not t.built()]
+    assert tree.files[path] in missing
+    assert twinbuilder.build_all(tree) == len(missing) - 1  # fmtfs index leaves it to the mount
+    assert not tree.files[path].built()
+    monkeypatch.setattr(twins, "GRACE_SECONDS", 0.0)  # stats paused: nobody holds a size any more
+    fourth = tree.read(path, 0, tree.size(path))
+    assert min(group_starts(fourth)) == 4  # rebuilt without the dead weight
+    assert pq.read_table(io.BytesIO(fourth)).num_rows == 502
