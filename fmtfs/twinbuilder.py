@@ -43,6 +43,13 @@ BUILT, DEFERRED = "built", "deferred"
 DEFERRED_RETRY = 60.0
 
 
+# The child's pyarrow allocates with malloc: its default pool (mimalloc)
+# keeps the pages it freed, 15-30 MB more at the builder's peak (measured on
+# a pending.jsonl of 334,000 rows); only the environment reaches the pool
+# Arrow's C++ code uses (the Parquet writer, IPC reads).
+CHILD_POOL = {"ARROW_DEFAULT_MEMORY_POOL": "system"}
+
+
 def twins_of(tree: SourceTree) -> list[ParquetFile]:
     return [f for f in list(tree.files.values()) if isinstance(f, ParquetFile)]
 
@@ -191,6 +198,7 @@ def build_in_child(tree: SourceTree, views: list[str]) -> dict[str, str]:
     done = subprocess.run(
         [sys.executable, "-c", "from fmtfs.twinbuilder import child_main; child_main()"],
         input=pickle.dumps(job),
+        env={**os.environ, **CHILD_POOL},
         capture_output=True,
         check=False,
     )
