@@ -552,6 +552,19 @@ def group_rows(rows: int, nbytes: int) -> int:
     return max(ROW_GROUP_MIN_ROWS, min(by_bytes, math.ceil(rows / TARGET_GROUPS)))
 
 
+def ipc_bytes(arr: pa.StructArray) -> bytes:
+    """A struct array as one Arrow IPC stream (its schema, one batch)."""
+    batch = pa.RecordBatch.from_struct_array(arr)
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, batch.schema) as writer:
+        writer.write_batch(batch)
+    return sink.getvalue().to_pybytes()
+
+
+def from_ipc(data: bytes) -> pa.StructArray:
+    return pa.ipc.open_stream(data).read_next_batch().to_struct_array()
+
+
 class Spill:
     """A scratch file of Arrow batches of varying types (IPC messages, each
     with its schema), written once and read back in order."""
@@ -562,11 +575,7 @@ class Spill:
         self.count = 0
 
     def put(self, arr: pa.StructArray) -> None:
-        batch = pa.RecordBatch.from_struct_array(arr)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, batch.schema) as writer:
-            writer.write_batch(batch)
-        data = sink.getvalue()
+        data = ipc_bytes(arr)
         self.file.write(len(data).to_bytes(8, "little"))
         self.file.write(data)
         self.count += 1
@@ -575,8 +584,7 @@ class Spill:
         self.file.seek(0)
         for _ in range(self.count):
             size = int.from_bytes(self.file.read(8), "little")
-            reader = pa.ipc.open_stream(self.file.read(size))
-            yield reader.read_next_batch().to_struct_array()
+            yield from_ipc(self.file.read(size))
 
     def close(self) -> None:
         self.file.close()

@@ -38,7 +38,7 @@ import pyarrow as pa
 from fmtfs.decoders import DecodePool, worker_stream
 from fmtfs.formats.base import Chunk, Record, State
 from fmtfs.index import StreamEntry
-from fmtfs.parquet import records_to_array
+from fmtfs.parquet import from_ipc, ipc_bytes, records_to_array
 from fmtfs.viewfile import ViewFile
 from fmtfs.views import IndexedFile, SlicedFile
 
@@ -101,14 +101,8 @@ class ChunkArrays:
             return self._load(*where)
         decoded = entry.stream.decode(Chunk(meta.start, meta.end, meta.state, {}))
         arrays = _convert(decoded, lambda other: other == view or self._kept((entry.stream.name, other)))
-        self._save(
-            key,
-            {
-                other: _ipc(arr)
-                for other, arr in arrays.items()
-                if self._kept((entry.stream.name, other), other == view)
-            },
-        )
+        name = entry.stream.name
+        self._save(key, _blobs({v: a for v, a in arrays.items() if self._kept((name, v), v == view)}))
         return arrays.get(view)
 
     def arrays(self, view: ViewFile) -> Iterator[pa.StructArray]:
@@ -185,8 +179,7 @@ class ChunkArrays:
                 found[view] = written[id(blob)]
 
     def _load(self, offset: int, size: int) -> pa.StructArray:
-        data = os.pread(self.file.fileno(), size, offset)
-        return pa.ipc.open_stream(data).read_next_batch().to_struct_array()
+        return from_ipc(os.pread(self.file.fileno(), size, offset))
 
 
 def _key(entry: StreamEntry, seq: int) -> tuple:
@@ -205,19 +198,20 @@ def _chunks_of(view: ViewFile) -> Iterator[tuple[StreamEntry, int]]:
 
 def _arrays_in_worker(stream: str, start: int, end: int, state: State, views: list[str]) -> dict[str, bytes]:
     """In a decode worker: the chunk's records of `views` as Arrow IPC
-    streams (views sharing an array share the blob: pickled once)."""
+    streams."""
     decoded = worker_stream(stream).decode(Chunk(start, end, state, {}))
     arrays = _convert(decoded, set(views).__contains__)
+    return _blobs(arrays)
+
+
+def _blobs(arrays: dict[str, pa.StructArray]) -> dict[str, bytes]:
+    """Views -> their arrays as IPC streams; views sharing an array share
+    one blob (written, and pickled, once)."""
     blobs: dict[int, bytes] = {}
-    return {view: blobs.setdefault(id(arr), _ipc(arr)) for view, arr in arrays.items()}
-
-
-def _ipc(arr: pa.StructArray) -> bytes:
-    batch = pa.RecordBatch.from_struct_array(arr)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_stream(sink, batch.schema) as writer:
-        writer.write_batch(batch)
-    return sink.getvalue().to_pybytes()
+    for arr in arrays.values():
+        if id(arr) not in blobs:
+            blobs[id(arr)] = ipc_bytes(arr)
+    return {view: blobs[id(arr)] for view, arr in arrays.items()}
 
 
 def _convert(decoded: dict[str, list[Record]], wanted: Callable[[str], bool]) -> dict[str, pa.StructArray]:
