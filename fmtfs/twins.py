@@ -1,10 +1,14 @@
 """Parquet twins on disk: which file a twin is, when it is built, by whom.
 
-A twin (`parquet/<view>.parquet`) is a file under `<cache-dir>/parquet`
-named `<view key>-<state key>.parquet`: the view key is the source and the
-view path, the state key the view's identity (cheap: from the native
-files' identities, never by decoding) and VERSION.  A stat
-of a twin whose file exists is one `stat()`.
+A twin (`parquet/<view>.parquet`) is a file
+`<cache-dir>/parquet/<view key>/<state key>.parquet`: the view key is the
+source and the view path, the state key the view's identity (cheap: from
+the native files' identities, never by decoding) and VERSION.  A stat of a
+twin whose file exists is one `stat()`.  Each view has a folder of its own
+(its versions, its build lock, its last-reported marker), so finding a
+view's older versions lists that small folder, not every twin of the
+source (with thousands of views, one glob of the shared folder per build
+was a third of the builder's time).
 
 Who builds a twin, and when:
 
@@ -94,7 +98,7 @@ NOTE_SECONDS = 30.0
 # Part of every twin's file name: a change of fmtfs.parquet's typing rules
 # or of the twins' layout rebuilds them (defined here, not in fmtfs.parquet:
 # a mount names twins without loading pyarrow).
-VERSION = 2
+VERSION = 3
 
 
 class Builder(Protocol):
@@ -132,30 +136,36 @@ class Twins:
         self.format = fmt
         self.builder: Builder | None = None  # set in a mount (fmtfs.twinbuilder)
         self.shared: SharedChunks | None = None  # set for a build round (fmtfs.twinbuilder)
-        self.noted: dict[str, float] = {}  # view prefix -> monotonic time its marker was last touched
+        self.noted: dict[Path, float] = {}  # view folder -> monotonic time its marker was last touched
         self._remove_leftovers()
 
-    def note_reported(self, prefix: str) -> None:
-        """A stat reported the size of a version of the twin `prefix`: the
+    def note_reported(self, home: Path) -> None:
+        """A stat reported the size of a version of the twin in `home`: the
         modification time of a marker file says when, to this process and
         to a builder child started before (touched at most every
         NOTE_SECONDS, so a stat stays a stat)."""
         now = time.monotonic()
-        if now - self.noted.get(prefix, -NOTE_SECONDS) >= NOTE_SECONDS:
-            self.noted[prefix] = now
-            (self.folder / f"{prefix}reported").touch()
+        if now - self.noted.get(home, -NOTE_SECONDS) >= NOTE_SECONDS:
+            self.noted[home] = now
+            home.mkdir(exist_ok=True)
+            (home / "reported").touch()
 
-    def reported_lately(self, prefix: str) -> bool:
-        """Whether a stat reported a version of the twin within GRACE_SECONDS."""
+    def reported_lately(self, home: Path) -> bool:
+        """Whether a stat reported a version of the twin in `home` within
+        GRACE_SECONDS."""
         try:
-            return (self.folder / f"{prefix}reported").stat().st_mtime >= time.time() - GRACE_SECONDS
+            return (home / "reported").stat().st_mtime >= time.time() - GRACE_SECONDS
         except FileNotFoundError:
             return False
 
     def _remove_leftovers(self) -> None:
         """Scratch files of builds whose process died (an unmount mid-build):
-        their names carry the builder's pid (fmtfs.parquet.write_twin)."""
-        for scratch in [*self.folder.glob("*.tmp"), *self.folder.glob("*.spill")]:
+        their names carry the builder's pid (fmtfs.parquet.write_twin).
+        Also the files of the flat layout of VERSION 2 and before."""
+        for flat in self.folder.glob("*-*"):
+            if flat.is_file():
+                flat.unlink(missing_ok=True)
+        for scratch in [*self.folder.glob("*/*.tmp"), *self.folder.glob("*/*.spill")]:
             pid = scratch.name.split(".")[-3]
             if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
                 scratch.unlink(missing_ok=True)
@@ -164,11 +174,12 @@ class Twins:
         return ParquetFile(self, source, view)
 
     @contextmanager
-    def build_lock(self, prefix: str) -> Iterator[None]:
+    def build_lock(self, home: Path) -> Iterator[None]:
         """One build of a view's twin at a time, across the threads of a
         mount and the builder's process (an flock per view: a bounded number
         of lock files, one per view, never deleted)."""
-        fd = os.open(self.folder / f"{prefix}building.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        home.mkdir(exist_ok=True)
+        fd = os.open(home / "building.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             yield
@@ -181,7 +192,7 @@ class ParquetFile(ViewFile):
 
     def __init__(self, twins: Twins, source: ViewFile, view: str) -> None:
         self.twins, self.source, self.view = twins, source, view
-        self.prefix = digest(twins.source_key, view)[:16] + "-"
+        self.home = twins.folder / digest(twins.source_key, view)[:16]  # this view's versions
         self._served: tuple[str, Path] | None = None  # (identity, file) last found whole
 
     # -- which file -------------------------------------------------------
@@ -189,7 +200,7 @@ class ParquetFile(ViewFile):
     def target(self, identity: str | None = None) -> Path:
         """The file of the view's current state (it may not exist yet)."""
         identity = self.source.identity() if identity is None else identity
-        return self.twins.folder / f"{self.prefix}{digest(identity, VERSION)[:24]}.parquet"
+        return self.home / f"{digest(identity, VERSION)[:24]}.parquet"
 
     def built(self) -> bool:
         return self.target().exists()
@@ -227,7 +238,7 @@ class ParquetFile(ViewFile):
 
     def _newest_older(self, target: Path) -> Path | None:
         found: list[tuple[int, Path]] = []
-        for path in self.twins.folder.glob(self.prefix + "*.parquet"):
+        for path in self.home.glob("*.parquet"):
             if path != target:
                 try:
                     found.append((path.stat().st_mtime_ns, path))
@@ -243,7 +254,7 @@ class ParquetFile(ViewFile):
         for attempt in range(3):
             identity = self.source.identity()
             target = self.target(identity)
-            with self.twins.build_lock(self.prefix):
+            with self.twins.build_lock(self.home):
                 if not target.exists():
                     self._write(target, schema)
             if self.source.identity() == identity or attempt == 2:
@@ -270,7 +281,7 @@ class ParquetFile(ViewFile):
             kept = keep.stat().st_mtime_ns
         except FileNotFoundError:
             return
-        for old in self.twins.folder.glob(self.prefix + "*.parquet"):
+        for old in self.home.glob("*.parquet"):
             try:
                 if old != keep and old.stat().st_mtime_ns <= kept:
                     old.unlink()
@@ -281,7 +292,7 @@ class ParquetFile(ViewFile):
 
     def size(self) -> int:
         path = self.path()
-        self.twins.note_reported(self.prefix)
+        self.twins.note_reported(self.home)
         return path.stat().st_size
 
     def read(self, offset: int, size: int) -> bytes:

@@ -64,7 +64,7 @@ def write_version(twin: ParquetFile, target: Path, base: Path | None, schema: Vi
             shape, keep_rows = appended, True
         else:
             shape, keep_rows = parquet.Shape(schema), False
-            if base is not None and not twin.twins.reported_lately(twin.prefix):
+            if base is not None and not twin.twins.reported_lately(twin.home):
                 base = None  # nobody can hold the size of a version any more: no dead weight
             if base is not None and _too_dead(base):
                 raise Deferred(f"{twin.view}: {base.stat().st_size:,} bytes of earlier versions kept already")

@@ -774,12 +774,12 @@ def figure_twins(run: FormatRun) -> list[Figure]:
     if status:
         raise SystemExit(f"{run.fmt}: fmtfs index failed ({status})")
     run_baseline(run)
-    built = sorted(p.name for p in (cache / "parquet").glob("*.parquet"))
+    built = sorted(p.name for p in (cache / "parquet").glob("*/*.parquet"))
     shutil.rmtree(cache / "parquet")
     mnt = run.scratch / "mnt"
     with mounted(run.source, mnt, cache), PeakRss(mnt) as rss:
         start = time.perf_counter()
-        while len(list((cache / "parquet").glob("*.parquet"))) < len(built):
+        while len(list((cache / "parquet").glob("*/*.parquet"))) < len(built):
             if time.perf_counter() - start > 3600:
                 raise SystemExit(f"{run.fmt}: the background builder made no {len(built)} twins in an hour")
             time.sleep(0.1)  # nobody stats parquet/: the background builder makes them all

@@ -137,7 +137,7 @@ def test_index_without_a_terminal_says_one_line_per_file(tmp_path: Path) -> None
     # a mount afterwards finds the index built: its cache holds the chunk table
     assert (tmp_path / "c" / "index.sqlite3").stat().st_size > 0
     # ... and the Parquet twins of every record view (one per segment, plus pending)
-    twins = sorted((tmp_path / "c" / "parquet").glob("*.parquet"))
+    twins = sorted((tmp_path / "c" / "parquet").glob("*/*.parquet"))
     assert done.stdout.decode().splitlines()[1].startswith(f"built {len(twins)} Parquet twins")
     assert len(twins) >= len(segments)
     for twin in twins:
@@ -148,7 +148,7 @@ def test_index_no_parquet_builds_no_twins(tmp_path: Path) -> None:
     source = beats_sample(tmp_path / "q", 50)
     done = fmtfs("index", source, "--cache-dir", tmp_path / "c", "--no-parquet")
     assert "Parquet" not in done.stdout.decode()
-    assert not list((tmp_path / "c" / "parquet").glob("*.parquet"))
+    assert not list((tmp_path / "c" / "parquet").glob("*/*.parquet"))
 
 
 def read_terminal(controller: int) -> str:

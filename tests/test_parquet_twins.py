@@ -30,7 +30,12 @@ WAIT_SECONDS = 120  # an upper bound for background work on a loaded machine
 
 def cache_state(cache: Path) -> dict[str, int]:
     """Twin files on disk -> their mtimes (what a build would change)."""
-    return {p.name: p.stat().st_mtime_ns for p in (cache / "parquet").glob("*.parquet")}
+    return {twin_name(cache, p): p.stat().st_mtime_ns for p in (cache / "parquet").glob("*/*.parquet")}
+
+
+def twin_name(cache: Path, path: Path) -> str:
+    """A twin file's name under the cache's parquet folder (view folder/version)."""
+    return str(path.relative_to(cache / "parquet"))
 
 
 def wait_for(condition, what: str):
@@ -243,7 +248,7 @@ def group_starts(path_or_data) -> list[int]:
 
 
 def cache_file_holding(cache: Path, data: bytes) -> Path:
-    return next(p for p in (cache / "parquet").glob("*.parquet") if p.read_bytes() == data)
+    return next(p for p in (cache / "parquet").glob("*/*.parquet") if p.read_bytes() == data)
 
 
 GROWTHS = {
@@ -285,12 +290,11 @@ def test_a_reader_that_stats_before_a_switch_and_opens_after_reads_the_whole_old
         added = lines.count(b"\n")
         with open(view, "ab") as f:
             f.write(lines)
-        prefix = old_file.name.split("-")[0]
 
         def switched() -> bool:
             # the native file may change in steps (Beats: frames, then the
             # header's count): wait for the version holding every new row
-            for path in (cache / "parquet").glob(prefix + "-*.parquet"):
+            for path in old_file.parent.glob("*.parquet"):  # the view's versions
                 try:
                     if pq.read_metadata(path).num_rows == old_rows + added:
                         return not old_file.exists()
@@ -455,7 +459,7 @@ def test_a_builder_started_before_a_stat_still_keeps_the_old_bytes(tmp_path: Pat
 
 
 def twin_files(cache: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in (cache / "parquet").glob("*.parquet")}
+    return {twin_name(cache, p): p.read_bytes() for p in (cache / "parquet").glob("*/*.parquet")}
 
 
 def test_a_build_round_decodes_each_chunk_once_for_all_its_twins(tmp_path: Path, monkeypatch) -> None:

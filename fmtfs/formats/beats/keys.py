@@ -10,8 +10,6 @@ import os
 import string
 from pathlib import Path
 
-from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
-
 from fmtfs.formats.base import FormatError
 from fmtfs.formats.options import Option
 from fmtfs.permissions import warn_if_shared
@@ -70,6 +68,10 @@ def ctr_xor(key: bytes, iv: bytes, position: int, data: bytes | memoryview) -> b
     the segment's single keystream (counter = IV + position // 16 as a 128-bit
     big-endian integer, dropping position % 16 keystream bytes).  The same
     call encrypts and decrypts."""
+    # imported here: cryptography costs ~7 MB in every process (mount,
+    # decode workers, twin builder) and only encrypted queues need it
+    from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
     block, skip = divmod(position, 16)
     counter = ((int.from_bytes(iv, "big") + block) % (1 << 128)).to_bytes(16, "big")
     ctx = Cipher(algorithms.AES(key), modes.CTR(counter)).encryptor()
