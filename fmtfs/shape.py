@@ -27,20 +27,38 @@ def _day_text(day: int, _cache: dict[int, str] = {}) -> str:  # noqa: B006 - del
     return text
 
 
+# "HH:MM:" per minute of the day and "SS" per second: the time of day as two
+# list lookups instead of three divmods and three formatted fields.
+_HOURS_MINUTES = [f"{m // 60:02d}:{m % 60:02d}:" for m in range(1440)]
+_SECONDS_TEXT = [f"{s:02d}" for s in range(60)]
+_HEADS: dict[int, str] = {}  # whole seconds -> "YYYY-MM-DDTHH:MM:SS"
+
+
+def _second_text(seconds: int) -> str:
+    """ "YYYY-MM-DDTHH:MM:SS" of a whole second, memoised (records come in
+    bursts: many share a second)."""
+    day, of_day = divmod(seconds, 86400)
+    minute, second = divmod(of_day, 60)
+    head = _day_text(day) + _HOURS_MINUTES[minute] + _SECONDS_TEXT[second]
+    if len(_HEADS) > 4096:
+        _HEADS.clear()
+    _HEADS[seconds] = head
+    return head
+
+
 def format_time(value: int, unit: str = "ns") -> str:
     """RFC 3339 UTC with the native precision: 9, 6, 3 or 0 fraction digits.
 
-    Hot path of every view: the date is memoised per day, the time of day is
-    plain arithmetic (strftime per record costs more than the rest of a line)."""
+    Hot path of every view (a third of a wallaby decode was strftime-like
+    arithmetic): the text up to the whole second is memoised per second and
+    built from per-day and per-minute tables; the fraction is zero-padded by
+    adding 10**digits and dropping the leading 1 (faster than :09d)."""
     per_second = _UNIT_PER_SECOND[unit]
     seconds, fraction = divmod(value, per_second)
-    day, of_day = divmod(seconds, 86400)
-    hour, of_hour = divmod(of_day, 3600)
-    minute, second = divmod(of_hour, 60)
-    digits = _UNIT_DIGITS[unit]
-    if digits == 0:
-        return f"{_day_text(day)}{hour:02d}:{minute:02d}:{second:02d}Z"
-    return f"{_day_text(day)}{hour:02d}:{minute:02d}:{second:02d}.{fraction:0{digits}d}Z"
+    head = _HEADS.get(seconds) or _second_text(seconds)
+    if per_second == 1:
+        return head + "Z"
+    return f"{head}.{str(fraction + per_second)[1:]}Z"
 
 
 def parse_time(value: Any, unit: str = "ns", field: str = "time") -> int:
