@@ -77,7 +77,6 @@ import pyarrow.parquet as pq
 from fmtfs.formats.base import BadRecord, Record
 from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.shape import parse_time
-from fmtfs.twins import VERSION  # noqa: F401 - the typing rules' version (Spark's schema cache key)
 
 # Row groups: about this many bytes of Arrow data each, at least MIN rows,
 # and at least TARGET_GROUPS of them for a view that is not tiny, so Spark

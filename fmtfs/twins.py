@@ -272,7 +272,18 @@ class ParquetFile(ViewFile):
         # (nor by the decode workers it spawns), about 60 MB of RSS each
         from fmtfs import twinwrite
 
-        twinwrite.write_version(self, target, self._newest_older(target), schema)
+        base = self._newest_older(target)
+        shared = self.twins.shared
+        written = twinwrite.write_version(
+            self.source,
+            target,
+            base,
+            schema,
+            base_may_be_held=self.twins.reported_lately(self.home),
+            shared=shared.arrays if shared is not None else None,
+        )
+        if not written and base is not None:
+            raise Deferred(f"{self.view}: {base.stat().st_size:,} bytes of earlier versions kept already")
 
     def _remove_older(self, keep: Path) -> None:
         """Drop files of earlier states (never a newer one a concurrent build

@@ -15,7 +15,7 @@ import bisect
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,11 +27,10 @@ from fmtfs import __version__, parquet
 from fmtfs.formats.base import Record
 from fmtfs.index import ViewPieces
 from fmtfs.parquet_splice import splice
-from fmtfs.twins import Deferred
+from fmtfs.viewfile import ViewFile
 
 if TYPE_CHECKING:
     from fmtfs.formats.schema import ViewSchema
-    from fmtfs.twins import ParquetFile
 
 # A twin grown by many small appends (a live queue) has many small row
 # groups; past this many times the groups a whole build would make (plus a
@@ -51,29 +50,45 @@ SHAPE_KEY = "fmtfs.shape"
 BUILT_FROM_KEY = "fmtfs.built_from"
 
 
-def write_version(twin: ParquetFile, target: Path, base: Path | None, schema: ViewSchema | None) -> None:
-    """The twin of the view's state at `target`: the bytes of `base` (the
-    previous version) first where a reader may hold its size, then only
-    the new rows where the view grew by appending, else every row."""
-    built_from = {"bytes": twin.source.size(), "native": _native_of(twin.source), "fmtfs": __version__}
+# The records of a view as Arrow struct arrays, decoded once for a whole
+# build round (fmtfs.twinchunks.ChunkArrays.arrays).
+SharedArrays = Callable[[ViewFile], Iterable[pa.StructArray]]
+
+
+def write_version(
+    source: ViewFile,
+    target: Path,
+    base: Path | None,
+    schema: ViewSchema | None,
+    *,
+    base_may_be_held: bool,
+    shared: SharedArrays | None = None,
+) -> bool:
+    """The twin of `source`'s state at `target`: the bytes of `base` (the
+    previous version) first where a reader may hold its size
+    (`base_may_be_held`: a stat reported it lately), then only the new rows
+    where the view grew by appending, else every row.  False, writing
+    nothing, when a whole rebuild would keep more dead weight than the
+    bound (the caller defers it: fmtfs.twins.Deferred)."""
+    built_from = {"bytes": source.size(), "native": _native_of(source), "fmtfs": __version__}
     scratch = f"{target.name}.{os.getpid()}"
     part, out = target.with_name(scratch + ".part.tmp"), target.with_name(scratch + ".out.tmp")
     try:
-        appended = base is not None and _append(twin, base, built_from, part, schema)
+        appended = base is not None and _append(source, base, built_from, part, schema)
         if appended:
             shape, keep_rows = appended, True
         else:
             shape, keep_rows = parquet.Shape(schema), False
-            if base is not None and not twin.twins.reported_lately(twin.home):
+            if not base_may_be_held:
                 base = None  # nobody can hold the size of a version any more: no dead weight
             if base is not None and _too_dead(base):
-                raise Deferred(f"{twin.view}: {base.stat().st_size:,} bytes of earlier versions kept already")
-            shared = twin.twins.shared
-            batches = shared.arrays(twin.source) if shared is not None else twin.source.records()
+                return False
+            batches = shared(source) if shared is not None else source.records()
             parquet.write_twin(batches, schema, part, shape=shape)
         meta = {SHAPE_KEY: _shape_text(shape), BUILT_FROM_KEY: orjson.dumps(built_from).decode()}
         splice(base, part, out, keep_rows, meta)
         os.replace(out, target)
+        return True
     finally:
         part.unlink(missing_ok=True)
         out.unlink(missing_ok=True)
@@ -102,7 +117,7 @@ def _group_start(group: pq.RowGroupMetaData) -> int:
 
 
 def _append(
-    twin: ParquetFile,
+    source: ViewFile,
     base: Path,
     built_from: dict[str, Any],
     part: Path,
@@ -123,7 +138,7 @@ def _append(
     wanted = math.ceil(shape.rows / parquet.group_rows(shape.rows, shape.nbytes))
     if footer.num_row_groups > MAX_GROUPS_FACTOR * wanted + TARGET_EXTRA_GROUPS:
         return None  # many small appends: rewritten whole into full-sized row groups
-    batches = _records_past(twin.source, before["bytes"])
+    batches = _records_past(source, before["bytes"])
     if batches is None:
         return None
     try:

@@ -39,6 +39,7 @@ from pyspark.sql.types import (
 from fmtfs import parquet
 from fmtfs.spark.plan import is_chunked
 from fmtfs.spark.source import Options, cache_dir
+from fmtfs.twins import VERSION
 
 DEFAULT_INFER_CHUNKS = 8
 
@@ -129,7 +130,7 @@ def infer(tree, views: list[str], opts: Options) -> Inferred:
     setting = opts.get("inferchunks", str(DEFAULT_INFER_CHUNKS)).lower()
     chunks = 0 if setting == "all" else max(1, int(setting))
     identities = [tree.files[v].identity() for v in views]
-    key = digest(tree.source_key, views, identities, parquet.VERSION, chunks)
+    key = digest(tree.source_key, views, identities, VERSION, chunks)
     cache = cache_dir(opts) / "spark" / f"{key}.pickle"
     try:
         return pickle.loads(cache.read_bytes())
