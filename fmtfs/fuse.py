@@ -14,10 +14,10 @@ tree and index hand the threads immutable snapshots (fmtfs.index), so reads
 take no lock.  Read-only opens of indexed views keep the kernel's page cache
 (`keep_cache`): a second `cat` never reaches us.  When a view changes
 (growth noticed by the poller or a refresh, a write through the mount), its
-inode is queued for ONE
-invalidation thread, which tells the kernel to drop the view's cached
-attributes and data; it must be a thread of its own, since the kernel may
-wait on a request of that inode that only the trio loop can answer."""
+inode is queued for ONE invalidation thread, which tells the kernel to drop
+the view's cached attributes and data; it must be a thread of its own,
+since the kernel may wait on a request of that inode that only the trio
+loop can answer."""
 
 from __future__ import annotations
 

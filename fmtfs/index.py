@@ -627,7 +627,6 @@ class Index:
         assert self.pool is not None
         if seq >= len(entry.chunks):
             return None
-        name, inode = entry.stream.name, entry.identity.inode
         # ahead only for a reader going forward (the chunk before this one was
         # just read): the kernel drops a few pages of a kept view now and then,
         # and a warm re-read missing one of them must not decode 2×workers chunks
@@ -638,7 +637,7 @@ class Index:
             for s in range(seq, min(seq + ahead, len(entry.chunks))):
                 meta = entry.chunks[s]
                 # the workers render the reader's view only: pending per view
-                key = (name, inode, meta.start, meta.end, view)
+                key = (*self._chunk_key(entry, s), view)
                 future = self._pending.get(key)
                 needed = wait and s == seq
                 if future is None and (needed or key not in self.rendered):
@@ -659,9 +658,8 @@ class Index:
     def _sequential(self, entry: StreamEntry, seq: int, view: str) -> bool:
         if seq == 0:
             return True
-        meta = entry.chunks[seq - 1]
-        key = (entry.stream.name, entry.identity.inode, meta.start, meta.end)
-        return (*key, view) in self._pending or (*key, view) in self.rendered
+        key = (*self._chunk_key(entry, seq - 1), view)
+        return key in self._pending or key in self.rendered
 
     def _pool_submit(self, key: tuple, state: State) -> Future:
         assert self.pool is not None
