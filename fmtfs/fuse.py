@@ -29,6 +29,7 @@ import queue
 import stat
 import threading
 import time
+from collections.abc import Callable
 
 import pyfuse3
 import trio
@@ -38,8 +39,9 @@ from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
 from fmtfs.permissions import Access
 from fmtfs.refusals import Refusals
 from fmtfs.twins import ParquetFile, TwinHandle
+from fmtfs.viewfile import ViewFile
 from fmtfs.viewpermissions import ViewPermissions
-from fmtfs.views import META_ERRORS, META_INFO, IndexedFile, SourceTree, ViewWriter
+from fmtfs.views import META_ERRORS, META_INFO, BytesFile, IndexedFile, SlicedFile, SourceTree, ViewWriter
 
 log = logging.getLogger("fmtfs")
 
@@ -143,6 +145,10 @@ class FmtfsOperations(pyfuse3.Operations):
         threading.Thread(target=_invalidate_forever, args=(self.invalidations,), daemon=True).start()
         # an open Parquet twin reads the file it was opened on to the end
         self.twin_handles: dict[int, TwinHandle] = {}
+        # derived and meta views: the identity their kept pages were read under
+        self.page_identities: dict[int, str] = {}
+        # derived and meta views whose attributes the kernel may hold
+        self.derived_attributes: set[int] = set()
 
     # -- attributes -------------------------------------------------------
 
@@ -166,10 +172,16 @@ class FmtfsOperations(pyfuse3.Operations):
             entry.st_nlink = 2
             entry.st_size = 0
         elif self.tree.exists(path):
-            if not isinstance(self.tree.file(path), IndexedFile):
-                # derived and meta files change with every write and are cheap
-                # to stat: never let the kernel answer for them from its cache
-                entry.attr_timeout = 0
+            view = self.tree.file(path)
+            if isinstance(view, (BytesFile, SlicedFile)):
+                # derived and meta views change with any write through the
+                # mount: their cached attributes are dropped before a write is
+                # answered (_forget_derived_attributes), so a stat right after
+                # it is fresh.  Never cached, they cost a GETATTR per read()
+                # (auto_inval_data): most of a second `cat` of gvfs metadata
+                self.derived_attributes.add(entry.st_ino)
+            elif not isinstance(view, IndexedFile):
+                entry.attr_timeout = 0  # Parquet twins, views being created
             access = self.permissions.view(path)
             entry.st_uid, entry.st_gid = access.uid, access.gid
             entry.st_mode = stat.S_IFREG | permissions.view_mode(access, self.tree.writable(path))
@@ -185,14 +197,15 @@ class FmtfsOperations(pyfuse3.Operations):
         return entry
 
     async def _attributes_async(self, path: str) -> pyfuse3.EntryAttributes:
-        """A path's attributes, answered on the loop for a folder or an
-        indexed view (its size is in the index snapshot: a dictionary
-        look-up); the size of a derived or Parquet view may need rendering,
-        so those are answered in a worker thread.  A thread hop per lookup
+        """A path's attributes, answered on the loop for a folder or a view
+        whose size is a look-up (an indexed view's is in the index snapshot,
+        a derived view's once rendered); a size that may need rendering is
+        answered in a worker thread.  A thread hop per lookup
         was most of a listing's time (`ls -l` of 1,000 kestrel views:
         3,000 lookups, one per path component)."""
         self.inodes.inode(path)  # numbered here: Inodes is changed on the loop only
-        if self.tree.is_dir(path) or isinstance(self.tree.file(path), IndexedFile):
+        view = self.tree.file(path)
+        if self.tree.is_dir(path) or (view is not None and view.size_known()):
             return self._attributes(path)
         return await trio.to_thread.run_sync(self._attributes, path)
 
@@ -262,10 +275,15 @@ class FmtfsOperations(pyfuse3.Operations):
     @_errors_to_fuse
     async def open(self, inode, flags, ctx):
         path = self.inodes.path(inode)
+        writing = flags & (os.O_WRONLY | os.O_RDWR)
+        if not writing:
+            # a write through the mount marks the tree stale (SourceTree.wrote):
+            # a reader opening a derived view now must see what it changed
+            await self._refresh()
         if not self.tree.exists(path) or self.tree.is_dir(path):
             raise pyfuse3.FUSEError(errno.ENOENT if not self.tree.exists(path) else errno.EISDIR)
         writer = None
-        if flags & (os.O_WRONLY | os.O_RDWR):
+        if writing:
             self._check_writer(path, ctx)
             writer = await self._open_writer(path, False)
             if flags & os.O_TRUNC and writer.writer.mode == "append" and self.tree.size(path):
@@ -284,11 +302,30 @@ class FmtfsOperations(pyfuse3.Operations):
         if writer is not None and writer.writer.mode == "append" and not flags & os.O_APPEND:
             self.positions[info.fh] = self.tree.size(path)
         # writes go straight to us so a refused line fails the writer's write();
-        # reads keep the page cache (mmap works), and indexed views keep it
-        # across opens: every change to one is invalidated (_invalidate_later)
+        # reads keep the page cache (mmap works), across opens while the view
+        # is unchanged (_pages_current)
         info.direct_io = writer is not None
-        info.keep_cache = writer is None and isinstance(self.tree.file(path), IndexedFile)
+        info.keep_cache = writer is None and view is not None and self._pages_current(inode, view)
         return info
+
+    def _pages_current(self, inode: int, view: ViewFile) -> bool:
+        """Whether the kernel's kept pages of `inode` may serve this open.
+        An indexed view's may, always: every change to its stream is
+        invalidated (_invalidate_later).  A derived or meta view changes
+        with any change to the source, so its pages are kept only while its
+        identity is the one the kernel's pages were read under (the last
+        open); a changed one is dropped by this open.  Its attributes never
+        stay cached (attr_timeout 0), and auto_inval_data drops the pages
+        whenever they show a new size or mtime: a second `cat` of an
+        unchanged gvfs metadata.jsonl reached fmtfs for every byte."""
+        if isinstance(view, IndexedFile):
+            return True
+        if isinstance(view, ParquetFile):
+            return False  # twins: shared pages handled by the twin's own versions
+        identity = view.identity()
+        kept = self.page_identities.get(inode) == identity
+        self.page_identities[inode] = identity
+        return kept
 
     @_errors_to_fuse
     async def create(self, parent_inode, name, mode, flags, ctx):
@@ -332,7 +369,7 @@ class FmtfsOperations(pyfuse3.Operations):
                 )
             self.positions[fh] = expected + len(buf)
         try:
-            changed = await trio.to_thread.run_sync(writer.write, bytes(buf), off)
+            changed = await trio.to_thread.run_sync(self._through, writer.write, bytes(buf), off)
         except BadRecord:
             self._invalidate_later({META_ERRORS, META_INFO})
             raise
@@ -345,7 +382,7 @@ class FmtfsOperations(pyfuse3.Operations):
     async def flush(self, fh):
         writer = self.handles[fh][1]
         if writer is not None:
-            self._invalidate_later(await trio.to_thread.run_sync(writer.flush))
+            self._invalidate_later(await trio.to_thread.run_sync(self._through, writer.flush))
 
     @_errors_to_fuse
     async def fsync(self, fh, datasync):
@@ -362,10 +399,35 @@ class FmtfsOperations(pyfuse3.Operations):
             twin.close()
         if writer is not None:
             try:
-                self._invalidate_later(await trio.to_thread.run_sync(writer.release) | {META_ERRORS})
+                changed = await trio.to_thread.run_sync(self._through, writer.release)
+                self._invalidate_later(changed | {META_ERRORS})
             finally:
                 with self.tree.lock:
                     self.tree.created.discard(path)
+
+    def _through(self, action: Callable[..., set[str]], *args: object) -> set[str]:
+        """A writer's write/flush/release (in a worker thread); when it
+        changed the native files, or refused a line (into _errors.jsonl),
+        the derived views' cached attributes are dropped before the request
+        is answered: the tree is re-read at the next stat, which must see it."""
+        try:
+            changed = action(*args)
+        except BadRecord:
+            self._forget_derived_attributes()
+            raise
+        if changed:
+            self._forget_derived_attributes()
+        return changed
+
+    def _forget_derived_attributes(self) -> None:
+        """Attributes only (the invalidation thread drops pages later): that
+        takes no page lock, so it cannot wait on a request of ours."""
+        inodes, self.derived_attributes = self.derived_attributes, set()
+        for ino in inodes:
+            try:
+                pyfuse3.invalidate_inode(ino, attr_only=True)
+            except OSError:
+                pass  # ENOENT: the kernel has forgotten the inode already
 
     # -- permissions and refusals ------------------------------------------
 

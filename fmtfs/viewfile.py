@@ -16,6 +16,11 @@ class ViewFile(ABC):
     @abstractmethod
     def read(self, offset: int, size: int) -> bytes: ...
 
+    def size_known(self) -> bool:
+        """Whether size() is a look-up now (no rendering, no disk): the FUSE
+        loop then answers a stat itself instead of handing it to a thread."""
+        return False
+
     def read_in_memory(self, offset: int, size: int) -> bytes | None:
         """read() if its bytes are in memory already (no decode, no disk, no
         wait: the FUSE loop answers with it itself), else None."""

@@ -194,6 +194,9 @@ class IndexedFile(ViewFile):
         # no lock: the entry is an immutable snapshot (see fmtfs.index)
         return self.index.read(self.entry, self.view, offset, size)
 
+    def size_known(self) -> bool:
+        return True  # a sum in the index snapshot
+
     def read_in_memory(self, offset: int, size: int) -> bytes | None:
         return self.index.read_in_memory(self.entry, self.view, offset, size)
 
@@ -249,6 +252,9 @@ class SlicedFile(ViewFile):
 
     def size(self) -> int:
         return sum(end - start for _, start, end in self.layout())
+
+    def size_known(self) -> bool:
+        return self._layout is not None  # set once, never changed: no lock needed to look
 
     def read(self, offset: int, size: int) -> bytes:
         out = []
@@ -312,6 +318,9 @@ class BytesFile(ViewFile):
 
     def size(self) -> int:
         return len(self.data())
+
+    def size_known(self) -> bool:
+        return self._data is not None  # set once, never changed: no lock needed to look
 
     def read(self, offset: int, size: int) -> bytes:
         return self.data()[offset : offset + size]

@@ -1,0 +1,170 @@
+"""Count the FUSE requests a cold and a warm `cat` of every record view
+make, how much of each view the page cache still holds after the cold one,
+and fmtfs's time in each request kind.
+
+    scripts/cat_ops.py FORMAT MB [--repeat R] [--scratch DIR]
+
+Generates a source of about MB of native files (as `scripts/bench.py`
+does), mounts it once to index it, then mounts it again in this process's
+child with every handler of fmtfs.fuse wrapped to count and time its calls
+(scripts/listing_ops.py), and runs `cat` of the record views: once cold,
+then R times warm.  Before each warm `cat` it prints how many pages of the
+views `fincore` finds cached: a warm `cat` reaches fmtfs only for what the
+kernel no longer holds (the DAMON kdamond on these VMs evicts page cache).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "scripts"))
+
+from bench import LAYOUTS, cpu_seconds, generate, mounted, view_files  # noqa: E402
+
+
+def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> None:
+    """listing_ops.serve_counting, with where reads found their bytes
+    counted too: the LRU, the spill file, or a decode."""
+    import listing_ops
+
+    from fmtfs.index import Index
+    from fmtfs.spill import SpilledPieces
+
+    for cls, name, label in (
+        (Index, "_render", "decode"),
+        (Index, "_slice", "slice_thread"),
+        (Index, "read_in_memory", "read_in_memory"),
+        (SpilledPieces, "get", "spill_get"),
+    ):
+        original = getattr(cls, name)
+
+        def counted(*args, _original=original, _label=label, **kwargs):
+            start = time.perf_counter()
+            try:
+                return _original(*args, **kwargs)
+            finally:
+                EXTRA[_label][0] += 1
+                EXTRA[_label][1] += time.perf_counter() - start
+
+        setattr(cls, name, counted)
+    original_write_text = Path.write_text
+
+    def write_text(self, text, *args, **kwargs):
+        if self == report:
+            text += "".join(f"{k} {v[0]} {v[1]:.4f}\n" for k, v in sorted(EXTRA.items()))
+            EXTRA.clear()
+        return original_write_text(self, text, *args, **kwargs)
+
+    Path.write_text = write_text
+    from fmtfs.fuse import FmtfsOperations
+
+    plain_init = FmtfsOperations.__init__
+
+    def init(self, tree):  # as fmtfs.daemon.run_mount: decode workers and the spill file
+        plain_init(self, tree)
+        tree.decode_in_workers()
+
+    FmtfsOperations.__init__ = init
+    listing_ops.serve_counting(source, mnt, cache, report)
+
+
+EXTRA: dict = __import__("collections").defaultdict(lambda: [0, 0.0])
+
+
+def cached_pages(paths: list[Path]) -> tuple[int, int]:
+    """(pages in the page cache, pages) over the files, by fincore."""
+    out = subprocess.run(
+        ["fincore", "--bytes", "--noheadings", "--raw", "--output", "RES,SIZE", *map(str, paths)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    resident = size = 0
+    for line in out.splitlines():
+        res, total = map(int, line.split())
+        resident += res
+        size += total
+    return resident // 4096, (size + 4095) // 4096
+
+
+def report(child: subprocess.Popen, path: Path) -> list[str]:
+    path.unlink(missing_ok=True)
+    child.send_signal(signal.SIGUSR1)
+    while not path.exists():
+        time.sleep(0.01)
+    time.sleep(0.05)
+    lines = []
+    for line in path.read_text().splitlines():
+        name, count, total = line.split()
+        lines.append(f"  {name:12} {int(count):7d} requests  {float(total):7.3f} s in fmtfs")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("format", choices=sorted(LAYOUTS))
+    parser.add_argument("mb", type=float)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--pause", type=float, default=0.0, help="seconds between the cats")
+    parser.add_argument("--scratch", type=Path)
+    parser.add_argument("--serve", nargs=4, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve_counting_reads(*map(Path, args.serve))
+        return
+    with tempfile.TemporaryDirectory(prefix="fmtfs-cat-", dir=args.scratch) as tmp:
+        scratch = Path(tmp)
+        source, _, _ = generate(args.format, scratch, args.mb)
+        mnt, cache, out = scratch / "mnt", scratch / "cache", scratch / "report"
+        with mounted(source, mnt, cache):
+            pass  # the first mount indexes
+        child = subprocess.Popen(
+            [sys.executable, __file__, args.format, "0", "--serve", source, mnt, cache, out]
+        )
+        try:
+            while not os.path.ismount(mnt):
+                time.sleep(0.05)
+            views = view_files(mnt, LAYOUTS[args.format])
+            size = sum(v.stat().st_size for v in views)
+            report(child, out)  # the listing's requests: not counted
+            print(f"{len(views)} views, {size / 1e6:.1f} MB")
+            for attempt in range(args.repeat + 1):
+                if attempt:
+                    time.sleep(args.pause)
+                    resident, pages = cached_pages(views)
+                    print(f"cached before warm cat {attempt}: {resident}/{pages} pages")
+                cpu = cpu_seconds(child.pid)
+                start = time.perf_counter()
+                subprocess.run(["cat", *map(str, views)], stdout=subprocess.DEVNULL, check=True)
+                seconds = time.perf_counter() - start
+                cpu = cpu_seconds(child.pid) - cpu
+                kind = "cold" if attempt == 0 else f"warm {attempt}"
+                print(f"{kind} cat: {seconds:.4f} s, mount CPU {cpu:.3f} s")
+                print("\n".join(report(child, out)))
+            copies = []
+            for i, view in enumerate(views):
+                copies.append(scratch / f"copy-{i}")
+                shutil.copyfile(view, copies[-1])
+            for _ in range(args.repeat):
+                for kind, paths in (("regular", copies), ("fuse", views)):
+                    start = time.perf_counter()
+                    subprocess.run(["cat", *map(str, paths)], stdout=subprocess.DEVNULL, check=True)
+                    print(f"{kind} cat: {time.perf_counter() - start:.4f} s", end="  ")
+                print()
+        finally:
+            subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+            child.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
