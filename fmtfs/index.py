@@ -527,10 +527,11 @@ class Index:
         return data
 
     def read_in_memory(self, entry: StreamEntry, view: str, offset: int, size: int) -> bytes | None:
-        """read()'s bytes if every piece they come from is in the LRU, else
-        None.  No decode, no disk, no wait: the FUSE loop answers with it
-        itself, since handing a request to a thread cost more than slicing
-        the bytes (py-spy of a re-read)."""
+        """read()'s bytes if every piece they come from is in the LRU, or in
+        the spill file with its pages cached, else None.  No decode, no wait
+        for a disk: the FUSE loop answers with it itself, since handing a
+        request to a thread cost more than slicing the bytes (py-spy of a
+        re-read)."""
         return self._read(entry, view, offset, size, self._slice_in_memory)
 
     def _read(self, entry: StreamEntry, view: str, offset: int, size: int, fetch) -> bytes | None:
@@ -561,9 +562,13 @@ class Index:
         return data
 
     def _slice_in_memory(self, entry: StreamEntry, view: str, seq: int, start: int, end: int) -> bytes | None:
-        data = self.rendered.in_memory((*self._chunk_key(entry, seq), view))
+        key = (*self._chunk_key(entry, seq), view)
+        data = self.rendered.in_memory(key)
         if data is None:
-            return None
+            # a piece evicted to the spill file, its pages still cached: a hole
+            # in a kept view read again (nothing to decode ahead for it)
+            spill = self.rendered.spill
+            return spill.get_cached(key, start, end) if spill is not None else None
         if self.pool is not None and self.pool.ready:
             # keep the workers busy: a reader going forward finds the next
             # chunks decoded, instead of waiting at every 2 x workers chunks

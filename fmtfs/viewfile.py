@@ -22,8 +22,8 @@ class ViewFile(ABC):
         return False
 
     def read_in_memory(self, offset: int, size: int) -> bytes | None:
-        """read() if its bytes are in memory already (no decode, no disk, no
-        wait: the FUSE loop answers with it itself), else None."""
+        """read() if its bytes are in memory already (no decode, no wait for
+        a disk: the FUSE loop answers with it itself), else None."""
         return None
 
     def records(self):  # -> Iterable[list[Record]]

@@ -3,6 +3,7 @@ them again is a read of the scratch file, not a chunk decode."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from fmtfs.formats import open_source
@@ -55,3 +56,39 @@ def test_the_scratch_file_keeps_no_more_than_its_limit(tmp_path: Path) -> None:
     assert spill.get(("s", 1, 0, 6, "v")) is None
     assert list(tmp_path.iterdir()) == []  # unlinked from the start
     spill.close()
+
+
+def test_a_piece_whose_pages_are_cached_is_read_without_waiting_and_one_on_disk_is_not(
+    tmp_path: Path,
+) -> None:
+    spill = SpilledPieces(tmp_path)
+    key = ("s", 1, 0, 1 << 20, "v")
+    piece = bytes(range(256)) * 4096  # 1 MiB
+    spill.put(key, piece)
+    assert spill.get_cached(key, 4096, 12288) == piece[4096:12288]  # just written: in the page cache
+    assert spill.get_cached(key, (1 << 20) - 10, 1 << 21) == piece[-10:]
+    assert spill.get_cached(("s", 1, 9, 10, "v"), 0, 1) is None  # not spilled
+    fd = spill._file.fileno()
+    os.fsync(fd)  # clean pages can be dropped
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    assert spill.get_cached(key, 0, 4096) is None  # on disk only: a thread reads it
+    assert spill.get(key, 0, 4096) == piece[:4096]  # which brings it into the cache
+    assert spill.get_cached(key, 0, 4096) == piece[:4096]
+    spill.close()
+
+
+def test_a_reread_finds_evicted_pieces_without_a_thread(tmp_path: Path) -> None:
+    """Index.read_in_memory (what the FUSE loop answers itself) serves a
+    piece the LRU evicted to the spill file while its pages are cached."""
+    source = tmp_path / "src"
+    source.mkdir()
+    generate(source, 20_000)
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    tree.keep_rendered_on_disk()
+    tree.index.rendered.capacity = 1
+    view = tree.file(RECORDS)
+    assert isinstance(view, IndexedFile)
+    first = _read_all(view)
+    second = b"".join(view.read_in_memory(offset, STEP) or b"?" for offset in range(0, view.size(), STEP))
+    tree.close()
+    assert second == first
