@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench import LAYOUTS, cpu_seconds, generate, mounted, view_files  # noqa: E402
+from bench import LAYOUTS, _tree, cpu_seconds, generate, mounted, view_files  # noqa: E402
 
 
 def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> None:
@@ -37,6 +37,7 @@ def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> 
     counted too: the LRU, the spill file, or a decode."""
     import listing_ops
 
+    from fmtfs.decoders import DecodePool
     from fmtfs.index import Index
     from fmtfs.spill import SpilledPieces
 
@@ -45,6 +46,7 @@ def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> 
         (Index, "_slice", "slice_thread"),
         (Index, "read_in_memory", "read_in_memory"),
         (SpilledPieces, "get", "spill_get"),
+        (DecodePool, "submit", "pool_submit"),
     ):
         original = getattr(cls, name)
 
@@ -97,6 +99,10 @@ def cached_pages(paths: list[Path]) -> tuple[int, int]:
     return resident // 4096, (size + 4095) // 4096
 
 
+def _workers_cpu(pid: int) -> float:
+    return sum(cpu_seconds(p) for p in _tree(pid)[1:])
+
+
 def report(child: subprocess.Popen, path: Path) -> list[str]:
     path.unlink(missing_ok=True)
     child.send_signal(signal.SIGUSR1)
@@ -143,13 +149,13 @@ def main() -> None:
                     time.sleep(args.pause)
                     resident, pages = cached_pages(views)
                     print(f"cached before warm cat {attempt}: {resident}/{pages} pages")
-                cpu = cpu_seconds(child.pid)
+                cpu, workers = cpu_seconds(child.pid), _workers_cpu(child.pid)
                 start = time.perf_counter()
                 subprocess.run(["cat", *map(str, views)], stdout=subprocess.DEVNULL, check=True)
                 seconds = time.perf_counter() - start
-                cpu = cpu_seconds(child.pid) - cpu
+                cpu, workers = cpu_seconds(child.pid) - cpu, _workers_cpu(child.pid) - workers
                 kind = "cold" if attempt == 0 else f"warm {attempt}"
-                print(f"{kind} cat: {seconds:.4f} s, mount CPU {cpu:.3f} s")
+                print(f"{kind} cat: {seconds:.4f} s, mount CPU {cpu:.3f} s, its workers' {workers:.3f} s")
                 print("\n".join(report(child, out)))
             copies = []
             for i, view in enumerate(views):
