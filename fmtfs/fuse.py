@@ -11,13 +11,16 @@ work: a read whose bytes are already rendered in memory, and the attributes
 of folders and indexed views from the tree's snapshot (a listing is one
 lookup per path component); inode numbers are given on the loop only.  The
 tree and index hand the threads immutable snapshots (fmtfs.index), so reads
-take no lock.  Read-only opens of indexed views keep the kernel's page cache
-(`keep_cache`): a second `cat` never reaches us.  When a view changes
-(growth noticed by the poller or a refresh, a write through the mount), its
-inode is queued for ONE invalidation thread, which tells the kernel to drop
-the view's cached attributes and data; it must be a thread of its own,
-since the kernel may wait on a request of that inode that only the trio
-loop can answer."""
+take no lock.  Read-only opens keep the kernel's page cache (`keep_cache`):
+a second `cat` never reaches us; a derived or meta view's pages are kept
+only while its identity is the one they were read under (_pages_current).
+When a view changes (growth noticed by the poller or a refresh, a write
+through the mount), its inode is queued for ONE invalidation thread, which
+tells the kernel to drop the view's cached attributes and data; it must be
+a thread of its own, since the kernel may wait on a request of that inode
+that only the trio loop can answer.  Only attributes (no page lock) are
+dropped in a handler's own worker thread: the derived views' before a write
+through the mount is answered, so a stat right after it is fresh."""
 
 from __future__ import annotations
 

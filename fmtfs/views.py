@@ -241,6 +241,7 @@ class SlicedFile(ViewFile):
     def __init__(self, parts: list[tuple[IndexedFile, int]]) -> None:
         self.parts = parts  # (file, records skipped at its start)
         self._layout: list[tuple[IndexedFile, int, int]] | None = None
+        self._identity: str | None = None
         self._lock = threading.Lock()
 
     def layout(self) -> list[tuple[IndexedFile, int, int]]:
@@ -277,7 +278,11 @@ class SlicedFile(ViewFile):
                 skip = 0
 
     def identity(self) -> str:
-        return digest(*[(f.identity(), skip) for f, skip in self.parts])
+        # asked at every open (fmtfs.fuse keeps pages per identity); the parts
+        # never change, so one digest of them serves this object's life
+        if self._identity is None:
+            self._identity = digest(*[(f.identity(), skip) for f, skip in self.parts])
+        return self._identity
 
     # -- the public chunk API, as IndexedFile's --
 
