@@ -70,3 +70,13 @@ def refused_write(view: Path, data: bytes) -> int:
             os.close(fd)
         except OSError:
             pass  # a refused partial line may fail the close too
+
+
+def bytes_served(log_file: Path, view: str) -> int:
+    """What a mount started with `--debug --log-file log_file` served of
+    `view`, from its log (one line a read)."""
+    total = 0
+    for line in log_file.read_text().splitlines():
+        if f" read {view} at " in line:
+            total += int(line.rsplit(", ", 1)[1].split()[0])
+    return total

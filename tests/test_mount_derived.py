@@ -14,7 +14,7 @@ import pytest
 from fmtfs.formats.gvfs.format import GvfsJournalWriter
 from fmtfs.samples import gvfs as gvfs_sample
 from fmtfs.samples.beats import generate
-from tests.mounting import fmtfs, mounted
+from tests.mounting import bytes_served, fmtfs, mounted
 
 
 def test_pending_is_fresh_right_after_a_write(tmp_path: Path) -> None:
@@ -36,15 +36,6 @@ def test_pending_is_fresh_right_after_a_write(tmp_path: Path) -> None:
         assert info["records"] == 61
 
 
-def _bytes_read_by_fmtfs(log_file: Path, view: str) -> int:
-    """What the mount served of `view`, from its debug log (one line a read)."""
-    total = 0
-    for line in log_file.read_text().splitlines():
-        if f" read {view} at " in line:
-            total += int(line.rsplit(", ", 1)[1].split()[0])
-    return total
-
-
 @pytest.mark.parametrize(
     ("make", "view"),
     [
@@ -60,15 +51,27 @@ def test_a_second_read_of_an_unchanged_derived_view_is_served_by_the_kernel(
     log_file = tmp_path / "mount.log"
     with mounted(source, "--debug", "--log-file", log_file) as mnt:
         first = (mnt / view).read_bytes()
-        served_once = _bytes_read_by_fmtfs(log_file, view)
+        served_once = bytes_served(log_file, view)
         assert (mnt / view).read_bytes() == first
-        served_twice = _bytes_read_by_fmtfs(log_file, view)
+        served_twice = bytes_served(log_file, view)
     assert first and served_once >= len(first)
     # the kernel may drop a few kept pages on its own; a view whose pages
     # were dropped at open would be served whole again
     assert served_twice - served_once < len(first) // 10
     getattrs = sum(f"getattr {view}:" in line for line in log_file.read_text().splitlines())
     assert getattrs < 5  # not one per read() of `cat` (auto_inval_data with attr_timeout 0)
+
+
+# a gvfs journal entry for a path the sample never names
+NEW_ENTRY = {"op": "set", "time": "2022-01-01T00:00:00Z", "path": "/new.txt", "key": "comment", "value": "x"}
+
+
+def _assert_shows_the_new_entry(metadata: bytes, before: bytes, source: Path, tmp_path: Path) -> None:
+    """`metadata` (home/metadata.jsonl read over the mount) is what `fmtfs
+    cat` shows now, with NEW_ENTRY in it, and differs from `before`."""
+    expected = fmtfs("cat", source, "home/metadata.jsonl", "--cache-dir", tmp_path / "cli").stdout
+    assert metadata == expected != before
+    assert b'"/new.txt"' in metadata
 
 
 def test_a_derived_view_read_before_its_source_changed_shows_the_change(tmp_path: Path) -> None:
@@ -79,21 +82,11 @@ def test_a_derived_view_read_before_its_source_changed_shows_the_change(tmp_path
     with mounted(source) as mnt:
         first = (mnt / view).read_bytes()
         assert (mnt / view).read_bytes() == first  # kept
-        line = {
-            "op": "set",
-            "time": "2022-01-01T00:00:00Z",
-            "path": "/new.txt",
-            "key": "comment",
-            "value": "x",
-        }
-        GvfsJournalWriter(source / "home").write([line])
+        GvfsJournalWriter(source / "home").write([NEW_ENTRY])
         deadline = time.monotonic() + 5
         while (mnt / view).stat().st_size == len(first) and time.monotonic() < deadline:
             time.sleep(0.1)
-        again = (mnt / view).read_bytes()
-        expected = fmtfs("cat", source, view, "--cache-dir", tmp_path / "cli").stdout
-        assert again == expected != first
-        assert b'"/new.txt"' in again
+        _assert_shows_the_new_entry((mnt / view).read_bytes(), first, source, tmp_path)
 
 
 def test_a_derived_view_read_before_a_write_through_shows_it_right_after(tmp_path: Path) -> None:
@@ -104,17 +97,7 @@ def test_a_derived_view_read_before_a_write_through_shows_it_right_after(tmp_pat
         metadata = mnt / "home/metadata.jsonl"
         first = metadata.read_bytes()
         size = metadata.stat().st_size
-        line = {
-            "op": "set",
-            "time": "2022-01-01T00:00:00Z",
-            "path": "/new.txt",
-            "key": "comment",
-            "value": "x",
-        }
         with open(mnt / "home/journal.jsonl", "ab") as f:
-            f.write(orjson.dumps(line) + b"\n")
+            f.write(orjson.dumps(NEW_ENTRY) + b"\n")
         assert metadata.stat().st_size > size
-        again = metadata.read_bytes()
-        expected = fmtfs("cat", source, "home/metadata.jsonl", "--cache-dir", tmp_path / "cli").stdout
-        assert again == expected != first
-        assert b'"/new.txt"' in again
+        _assert_shows_the_new_entry(metadata.read_bytes(), first, source, tmp_path)

@@ -13,7 +13,7 @@ from fmtfs.formats import open_source
 from fmtfs.formats.wallaby import WallabyWriter
 from fmtfs.samples.wallaby import START_NS, generate
 from fmtfs.views import IndexedFile, SourceTree
-from tests.mounting import fmtfs, mounted
+from tests.mounting import bytes_served, fmtfs, mounted
 
 RECORDS = "events.log/records.jsonl"
 
@@ -43,24 +43,15 @@ def test_a_reread_after_growth_shows_the_new_bytes_not_the_kept_pages(source: Pa
         assert again.startswith(first) and b'"grown"' in again[len(first) :]
 
 
-def _bytes_read_by_fmtfs(log_file: Path, view: str) -> int:
-    """What the mount served of `view`, from its debug log (one line a read)."""
-    total = 0
-    for line in log_file.read_text().splitlines():
-        if f" read {view} at " in line:
-            total += int(line.rsplit(", ", 1)[1].split()[0])
-    return total
-
-
 def test_a_second_read_of_an_unchanged_view_is_served_by_the_kernel(source: Path, tmp_path: Path) -> None:
     log_file = tmp_path / "mount.log"
     with mounted(source, "--debug", "--log-file", log_file) as mnt:
         view = mnt / RECORDS
         first = view.read_bytes()
-        served_once = _bytes_read_by_fmtfs(log_file, RECORDS)
+        served_once = bytes_served(log_file, RECORDS)
         time.sleep(1.5)  # past the attribute timeout: the kernel asks for them again
         assert view.read_bytes() == first
-        served_twice = _bytes_read_by_fmtfs(log_file, RECORDS)
+        served_twice = bytes_served(log_file, RECORDS)
     assert served_once >= len(first)
     # the kernel may drop a few kept pages on its own; a view re-rendered
     # (keep_cache off, or attributes that change) would be served whole again
