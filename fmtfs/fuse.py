@@ -426,7 +426,7 @@ class FmtfsOperations(pyfuse3.Operations):
         """Attributes only (the invalidation thread drops pages later): that
         takes no page lock, so it cannot wait on a request of ours."""
         inodes, self.derived_attributes = self.derived_attributes, set()
-        for ino in inodes:
+        for ino in list(inodes):  # a copy: a stat answered meanwhile may still add to it
             try:
                 pyfuse3.invalidate_inode(ino, attr_only=True)
             except OSError:
