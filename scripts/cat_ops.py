@@ -33,54 +33,23 @@ from bench import LAYOUTS, _tree, cpu_seconds, generate, mounted, view_files  # 
 
 
 def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> None:
-    """listing_ops.serve_counting, with where reads found their bytes
-    counted too: the LRU, the spill file, or a decode."""
-    import listing_ops
+    """listing_ops.serve_counting with decode workers, and where reads
+    found their bytes counted too: in memory on the loop, in a thread (the
+    LRU, the spill file), a decode here, a chunk sent to the workers."""
+    from listing_ops import serve_counting
 
     from fmtfs.decoders import DecodePool
     from fmtfs.index import Index
     from fmtfs.spill import SpilledPieces
 
-    for cls, name, label in (
+    also = (
         (Index, "_render", "decode"),
         (Index, "_slice", "slice_thread"),
         (Index, "read_in_memory", "read_in_memory"),
         (SpilledPieces, "get", "spill_get"),
         (DecodePool, "submit", "pool_submit"),
-    ):
-        original = getattr(cls, name)
-
-        def counted(*args, _original=original, _label=label, **kwargs):
-            start = time.perf_counter()
-            try:
-                return _original(*args, **kwargs)
-            finally:
-                EXTRA[_label][0] += 1
-                EXTRA[_label][1] += time.perf_counter() - start
-
-        setattr(cls, name, counted)
-    original_write_text = Path.write_text
-
-    def write_text(self, text, *args, **kwargs):
-        if self == report:
-            text += "".join(f"{k} {v[0]} {v[1]:.4f}\n" for k, v in sorted(EXTRA.items()))
-            EXTRA.clear()
-        return original_write_text(self, text, *args, **kwargs)
-
-    Path.write_text = write_text
-    from fmtfs.fuse import FmtfsOperations
-
-    plain_init = FmtfsOperations.__init__
-
-    def init(self, tree):  # as fmtfs.daemon.run_mount: decode workers and the spill file
-        plain_init(self, tree)
-        tree.decode_in_workers()
-
-    FmtfsOperations.__init__ = init
-    listing_ops.serve_counting(source, mnt, cache, report)
-
-
-EXTRA: dict = __import__("collections").defaultdict(lambda: [0, 0.0])
+    )
+    serve_counting(source, mnt, cache, report, also, workers=True)
 
 
 def cached_pages(paths: list[Path]) -> tuple[int, int]:

@@ -50,8 +50,17 @@ def make_source(fmt: str, n: int, scratch: Path) -> tuple[Path, list[str]]:
     return source, [layout.stream_view(i, first) for i in range(n)]
 
 
-def serve_counting(source: Path, mnt: Path, cache: Path, report: Path) -> None:
-    """Mount in the foreground with every handler counted (the child)."""
+def serve_counting(
+    source: Path,
+    mnt: Path,
+    cache: Path,
+    report: Path,
+    also: tuple[tuple[type, str, str], ...] = (),
+    workers: bool = False,
+) -> None:
+    """Mount in the foreground with every handler counted (the child).
+    `also`: (class, method, label) of plain methods counted too (under
+    `label`); `workers`: decode in worker processes, as `fmtfs mount` does."""
     import pyfuse3
     import trio
 
@@ -74,9 +83,23 @@ def serve_counting(source: Path, mnt: Path, cache: Path, report: Path) -> None:
 
         return wrapper
 
+    def counted_plain(name, method):
+        @functools.wraps(method)
+        def wrapper(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return method(*args, **kwargs)
+            finally:
+                calls[name] += 1
+                spent[name] += time.perf_counter() - start
+
+        return wrapper
+
     for name, value in list(vars(pyfuse3.Operations).items()):
         if not name.startswith("_") and callable(value) and name not in ("init", "stacktrace"):
             setattr(FmtfsOperations, name, counted(name, getattr(FmtfsOperations, name)))
+    for cls, method, label in also:
+        setattr(cls, method, counted_plain(label, getattr(cls, method)))
 
     def dump(*_):
         lines = [f"{name} {calls[name]} {spent[name]:.4f}" for name in sorted(calls)]
@@ -85,6 +108,8 @@ def serve_counting(source: Path, mnt: Path, cache: Path, report: Path) -> None:
     signal.signal(signal.SIGUSR1, lambda *_: (dump(), calls.clear(), spent.clear()))
     tree = SourceTree(open_source(source, None, {}), cache)
     ops = FmtfsOperations(tree)
+    if workers:
+        tree.decode_in_workers()  # and the spill file, as fmtfs.daemon.run_mount
     options = set(pyfuse3.default_options) | {"fsname=fmtfs", "subtype=fmtfs", "default_permissions"}
     pyfuse3.init(ops, str(mnt), options)
     try:
