@@ -31,7 +31,7 @@ from typing import Any
 
 from fmtfs.formats.base import Chunk, Format, State, Stream
 from fmtfs.render import render_chunk
-from fmtfs.scanning import Progress, Scanned, scan_stream
+from fmtfs.scanning import Progress, Scanned, ScanRange, scan_range
 
 # scans a job in the calling process: (job key, tick) -> what scan_all returns for it
 ScanHere = Callable[[Any, Callable[[], None]], "Scanned | BaseException"]
@@ -106,8 +106,8 @@ def _render_chunk(name: str, start: int, end: int, state: State, view: str | Non
     return render_chunk(_stream(name), Chunk(start, end, state, {}), view)
 
 
-def _scan(name: str, start: int | None, state: State | None) -> Scanned:
-    return scan_stream(_stream(name), start, state, lambda size, count: _progress.put((size, count)))
+def _scan(name: str, part: ScanRange) -> Scanned:
+    return scan_range(_stream(name), part, lambda size, count: _progress.put((size, count)))
 
 
 def _ready() -> None:
@@ -178,21 +178,27 @@ class DecodePool:
 
     def scan_all(
         self,
-        jobs: dict[Any, tuple[str, int | None, State | None]],
+        jobs: dict[Any, tuple[str, ScanRange]],
         progress: Progress | None,
         here: ScanHere | None = None,
     ) -> dict[Any, Scanned | BaseException]:
-        """Scan streams at once: key -> (stream name, start, state) in, key ->
-        what the scan found (or why it failed) out.  `progress` is told of
-        every chunk, in this thread, as the workers report them.  Workers
-        take jobs from the front, one each at a time; `here(key, tick)`, if
-        given, scans a job in this process, taking them from the back and
-        calling tick() between chunks (tick hands freed workers their next
-        job and reports their progress): this process scans while the
-        workers start (a second each) instead of waiting for them."""
+        """Scan ranges of streams at once: key -> (stream name, range) in,
+        key -> what the scan found (or why it failed) out.  `progress` is
+        told of every chunk, in this thread, as the workers report them.
+        Workers take jobs from the front, one each at a time, once they are
+        up; `here(key, tick)`, if given, scans a job in this process, taking
+        them from the back and calling tick() between chunks (tick hands
+        freed workers their next job and reports their progress): this
+        process scans while the workers start (a second each) instead of
+        waiting for them, and a job is not promised to a worker still
+        starting while this process could take it.  With `here`, the
+        workers are started by the caller (start()), when they are worth
+        it; without, at once."""
         todo = deque(jobs)
         running: dict[Future, Any] = {}
         out: dict[Any, Scanned | BaseException] = {}
+        if here is None:
+            self._executor()
 
         def tick() -> None:
             # a worker reports a chunk before it returns its scan, so what is
@@ -202,7 +208,8 @@ class DecodePool:
                 key = running.pop(future)
                 error = future.exception()
                 out[key] = future.result() if error is None else error
-            while todo and len(running) < self.workers:
+            up = self.workers if here is None else self.workers_up()
+            while todo and len(running) < up:
                 key = todo.popleft()
                 running[self._submit(_scan, *jobs[key])] = key
 
@@ -215,6 +222,16 @@ class DecodePool:
                 wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
             tick()
         return out
+
+    def workers_up(self) -> int:
+        """How many workers have started, about (each ran a warm-up no-op;
+        a quick one may have run two); 0 before start()."""
+        return sum(future.done() for future in self._warmups) if self._pool is not None else 0
+
+    @property
+    def started(self) -> bool:
+        """Whether start() (or a job) has started the workers."""
+        return self._pool is not None
 
     def _report(self, progress: Progress | None) -> None:
         while self._progress is not None and not self._progress.empty():

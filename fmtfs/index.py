@@ -31,6 +31,7 @@ import hashlib
 import logging
 import sqlite3
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -42,7 +43,7 @@ import orjson
 from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.render import render_chunk
-from fmtfs.scanning import Progress, Scanned, scan_stream
+from fmtfs.scanning import Progress, Scanned, ScanRange, joined, scan_range, scan_ranges, scan_stream
 from fmtfs.spill import SpilledPieces
 
 log = logging.getLogger("fmtfs")
@@ -94,10 +95,22 @@ CREATE TABLE IF NOT EXISTS derived (
 # Bump when the tables change shape: an older cache is dropped and rebuilt.
 SCHEMA_VERSION = 2
 
-# Scans of at least two streams holding this many bytes in all run in the
-# decode workers when update_all() is given a pool: below it, starting the
-# workers costs more than they save.
+# Scans of this many bytes in all start the decode workers at once when
+# update_all() is given a pool; smaller ones start them only once this
+# process's own pace says it would need WORKER_START_SECONDS more alone
+# (about what a worker takes to start; the cost of a byte differs 30-fold
+# between formats, so bytes alone cannot say).
 PARALLEL_SCAN_BYTES = 8 << 20
+WORKER_START_SECONDS = 1.0
+
+# Streams the format can cut (Stream.cuts) are scanned in about this many
+# ranges in all, so that this process and the workers end together (a
+# format's cost per byte varies 30-fold: bytes say little of a range's
+# time), each within these bounds: a range's round trip must cost nothing
+# beside its scan.
+SCAN_RANGES = 16
+MIN_RANGE_BYTES = 256 << 10
+MAX_RANGE_BYTES = 4 << 20
 
 # Derived views larger than this are recomputed on a new mount, not stored.
 DERIVED_STORE_LIMIT = 16 << 20
@@ -299,11 +312,12 @@ class Index:
     ) -> list[tuple[StreamEntry, bool] | Exception]:
         """update() of every stream, in order; a stream that fails gives its
         exception in its place (the others are indexed).  With `pool`, and
-        at least two streams to scan holding `parallel_bytes` in all, the
-        scans run in its worker processes at once and in this process too
-        (which takes streams from the end of the list while the workers
-        start and take them from the front; their progress reaches
-        `progress` chunk by chunk); the SQLite writes stay here.  A scan a
+        scans of `parallel_bytes` in all, the scans run in its worker
+        processes and in this process at once: a stream the format can cut
+        is scanned in ranges, joined after (fmtfs.scanning); this process
+        takes ranges from the end of the list while the workers start, and
+        they take them from the front once up; their progress reaches
+        `progress` chunk by chunk; the SQLite writes stay here.  A scan a
         worker could not finish is done again in this process."""
         with self.lock:
             jobs: dict[int, _ScanJob] = {}
@@ -320,29 +334,18 @@ class Index:
             self.db.commit()  # a failing scan's rollback must not undo the others' plans
             to_scan = sum(job.identity.size - (job.start or 0) for job in jobs.values())
             scanned: dict[int, Scanned | BaseException] = {}
-            failed_here: set[int] = set()  # scans this process ran and saw fail: not run again
-
-            def here(i: int, tick: Callable[[], None]) -> Scanned | BaseException:
-                job = jobs[i]
-
-                def told(size: int, count: int) -> None:
-                    if progress is not None:
-                        progress(size, count)
-                    tick()
-
-                try:
-                    return scan_stream(job.entry.stream, job.start, job.state, told)
-                except Exception as exc:  # noqa: BLE001 - reported in the stream's place below
-                    failed_here.add(i)
-                    return exc
-
-            if pool is not None and len(jobs) >= 2 and to_scan >= parallel_bytes:
-                log.info("scanning %d streams here and in %d worker processes", len(jobs), pool.workers)
-                scanned = pool.scan_all(
-                    {i: (job.entry.stream.name, job.start, job.state) for i, job in jobs.items()},
-                    progress,
-                    here,
-                )
+            failed_here: set[int] = set()  # streams this process saw a scan of fail: not run again
+            if pool is not None and jobs:
+                if to_scan >= parallel_bytes:
+                    pool.start()  # the workers start while the streams are cut
+                every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
+                parts = {
+                    (i, n): part
+                    for i, job in jobs.items()
+                    for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
+                }
+                if len(parts) >= 2:
+                    scanned = self._scan_in_pool(pool, jobs, parts, progress, failed_here, to_scan)
             for i, job in jobs.items():
                 found = scanned.get(i)
                 try:
@@ -360,6 +363,60 @@ class Index:
                     self._abandon(job.entry.stream.name)
                     results[i] = exc
             return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _scan_in_pool(
+        pool: DecodePool,
+        jobs: dict[int, _ScanJob],
+        parts: dict[tuple[int, int], ScanRange],
+        progress: Progress | None,
+        failed_here: set[int],
+        to_scan: int,
+    ) -> dict[int, Scanned | BaseException]:
+        """Scan the ranges `parts` ((job, n) -> range) here and in `pool`
+        (started once this process alone would need WORKER_START_SECONDS
+        more for the `to_scan` bytes); the scans of each job's ranges
+        joined."""
+        failed: set[tuple[int, int]] = set()  # ranges whose scan here failed
+        began = time.monotonic()
+        done = 0  # bytes scanned here
+
+        def here(key: tuple[int, int], tick: Callable[[], None]) -> Scanned | BaseException:
+            def told(size: int, count: int) -> None:
+                nonlocal done
+                if progress is not None:
+                    progress(size, count)
+                done += size
+                if (
+                    not pool.started
+                    and (time.monotonic() - began) / done * (to_scan - done) > WORKER_START_SECONDS
+                ):
+                    log.info("starting %d worker processes to scan at once", pool.workers)
+                    pool.start()
+                tick()
+
+            try:
+                return scan_range(jobs[key[0]].entry.stream, parts[key], told)
+            except Exception as exc:  # noqa: BLE001 - reported in the stream's place
+                failed.add(key)
+                return exc
+
+        log.info(
+            "scanning %d ranges of %d streams here and in up to %d worker processes",
+            len(parts),
+            len(jobs),
+            pool.workers,
+        )
+        found = pool.scan_all(
+            {key: (jobs[key[0]].entry.stream.name, part) for key, part in parts.items()}, progress, here
+        )
+        ranges: dict[int, list[Scanned | BaseException]] = {i: [] for i in jobs}
+        for key in sorted(parts):  # each job's ranges in order
+            ranges[key[0]].append(found[key])
+        out = {i: joined(scans) for i, scans in ranges.items()}
+        # a failure seen here, where the join needed it, is not retried here
+        failed_here.update(key[0] for key in failed if out[key[0]] is found[key])
+        return out
 
     def _plan(self, stream: Stream) -> tuple[StreamEntry, bool] | _ScanJob:
         """(entry, changed) when `stream` needs no scan, else the scan to run

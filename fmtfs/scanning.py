@@ -5,15 +5,27 @@ the length of its piece of each view, and keeps only that: chunk bounds,
 decoder state, record count, time range, view lengths, and the problems
 met.  It is a pure function of the stream, so it runs where it is cheapest:
 in the indexing process, or in a decode worker (fmtfs.decoders) when a
-first mount scans several streams at once on every core; the result is
-small and pickles cheaply, and the SQLite writes stay with fmtfs.index."""
+first mount scans on every core; the result is small and pickles cheaply,
+and the SQLite writes stay with fmtfs.index.
+
+Split scans: a stream whose format can find chunk starts cheaply
+(`Stream.cuts`: length prefixes, no decoding) is cut into byte ranges that
+are scanned at once and joined, so that one big file uses every core too.
+Each range but the last stops where the next begins; the join takes a
+range's successor only if the range produced the very chunk the cut
+announced there (same start, the cut's state within the chunk's state),
+else that range's scan goes on to the end of the stream.  A range past
+damage the cheap walk could not see (a bad checksum, a payload that does
+not decode) is therefore never trusted: the joined result is, by the resume
+property every format already has (a scan from a chunk's (start, state)
+yields what the whole scan yields from there), the one-job scan's."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fmtfs.formats.base import Problem, State, Stream
+from fmtfs.formats.base import Chunk, Problem, State, Stream
 from fmtfs.gcpause import paused
 from fmtfs.render import rendered_lengths
 
@@ -35,22 +47,97 @@ class ScannedChunk:
 class Scanned:
     chunks: list[ScannedChunk] = field(default_factory=list)
     problems: list[Problem] = field(default_factory=list)
+    # a range scan (ScanRange.stop set) that met the chunk its successor
+    # starts with: the successor's scan continues this one
+    joins: bool = False
+
+
+@dataclass(frozen=True)
+class ScanRange:
+    """A scan from (start, state) (None: the stream's beginning) up to the
+    chunk at `stop` whose state holds `stop_state` (None: to the end)."""
+
+    start: int | None
+    state: State | None
+    stop: int | None = None
+    stop_state: State | None = None
+
+
+def scan_ranges(stream: Stream, start: int | None, state: State | None, every: int) -> list[ScanRange]:
+    """The ranges a scan of `stream` from (start, state) is cut into, about
+    `every` native bytes each; one range when the format gives no cuts."""
+    try:
+        cuts = list(stream.cuts(start, state, every))
+    except Exception:  # noqa: BLE001 - the walk is only a hint: a plain scan reports the damage
+        cuts = []
+    ranges = []
+    for at, at_state in cuts:
+        ranges.append(ScanRange(start, state, at, at_state))
+        start, state = at, at_state
+    ranges.append(ScanRange(start, state))
+    return ranges
+
+
+def _continues(chunk: Chunk, part: ScanRange) -> bool:
+    """Whether `chunk` is the one the next range starts with."""
+    if chunk.start != part.stop:
+        return False
+    stop_state = part.stop_state or {}
+    return all(chunk.state.get(key) == value for key, value in stop_state.items())
 
 
 def scan_stream(stream: Stream, start: int | None, state: State | None, progress: Progress | None) -> Scanned:
     """Scan `stream` from (start, state) (None: its beginning) to its end."""
+    return scan_range(stream, ScanRange(start, state), progress)
+
+
+def scan_range(stream: Stream, part: ScanRange, progress: Progress | None) -> Scanned:
+    """Scan one range of `stream`: to `part.stop` if the next range continues
+    there (Scanned.joins), else to the stream's end."""
     out = Scanned()
+    stop = part.stop
+    since = 0  # problems met since the last chunk kept
     # the GC paused for the whole scan: each chunk's records live until
     # rendered, and young collections would walk them over and over
     with paused():
-        for item in stream.scan(start, state):
+        items = stream.scan(part.start, part.state)
+        for item in items:
             if isinstance(item, Problem):
                 out.problems.append(item)
+                since += 1
                 continue
+            if stop is not None and item.start >= stop:
+                if _continues(item, part):
+                    # problems of the next range's first chunk are the next range's
+                    kept = out.problems[len(out.problems) - since :]
+                    del out.problems[len(out.problems) - since :]
+                    out.problems += [p for p in kept if p.offset < stop]
+                    out.joins = True
+                    close = getattr(items, "close", None)
+                    if close is not None:
+                        close()
+                    break
+                stop = None  # the cut was wrong: this scan goes on to the end
+            since = 0
             count = len(next(iter(item.records.values()))) if item.records else 0
             lengths = rendered_lengths(item.records, item.lengths)
             item.records = {}  # freed now, not when the next chunk replaces it
             out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
             if progress is not None:
                 progress(item.end - item.start, count)
+    return out
+
+
+def joined(parts: list[Scanned | BaseException]) -> Scanned | BaseException:
+    """The scans of a stream's ranges, in order, as one scan (or the error of
+    the first range it needed that failed).  A range that did not meet its
+    successor scanned to the end: the rest are not needed."""
+    out = Scanned()
+    for found in parts:
+        if isinstance(found, BaseException):
+            return found
+        out.chunks += found.chunks
+        out.problems += found.problems
+        if not found.joins:
+            break
     return out

@@ -197,7 +197,7 @@ def test_a_mount_indexes_in_workers_returns_at_once_and_takes_them_along_when_it
     assert sum(p.stat().st_size for p in source.glob("*.seg")) >= PARALLEL_SCAN_BYTES
     log_file = tmp_path / "mount.log"
     with mounted(source, "-v", "--log-file", log_file) as mnt:  # returns: the pipes are free
-        assert "scanning 3 streams here and in" in log_file.read_text()
+        assert "ranges of 3 streams here and in" in log_file.read_text()
         view = mnt / "segments" / "1.jsonl"
         expected = fmtfs("cat", source, "segments/1.jsonl", "--cache-dir", tmp_path / "cli").stdout
         assert view.stat().st_size == len(expected)

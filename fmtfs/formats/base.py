@@ -124,6 +124,19 @@ class Stream(ABC):
         a clean end (EOF, zero tail) and after reporting a torn/bad record; the
         last chunk's `end` is where a later scan of the grown file resumes."""
 
+    def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
+        """Where a scan from (start, state) could be cut so that its ranges
+        are scanned at once (fmtfs.scanning): (offset, state) pairs, in
+        order, about `every` native bytes apart, each the start of a chunk
+        scan(start, state) yields and the state a scan from there needs
+        (the chunk's own state may hold more, learnt from its records).
+        Found cheaply, from length prefixes, decoding nothing; stop at the
+        first thing that does not look right (the scan reports it).  A cut
+        that turns out wrong costs time, never correctness: the scan before
+        it then runs on to the end.  The default, no cuts: the stream is
+        scanned by one job."""
+        return iter(())
+
     @abstractmethod
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         """Decode one chunk previously produced by scan() (records empty)."""

@@ -129,16 +129,21 @@ class WallabyLog(Stream):
                 return
             with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 if start is None:
-                    if data[:4] != LOG_MAGIC:
-                        yield Problem(self.path.name, 0, "not a wallaby log (bad LOG signature or version)")
+                    first = self._first(data)
+                    if isinstance(first, Problem):
+                        yield first
                         return
-                    if looks_like_generation_a(self.path, data):
-                        yield Problem(
-                            self.path.name, 0, "generation A wallaby layout (April 2015) is not supported"
-                        )
-                        return
-                    start, state = log_header_size(self.path, data), {"seq": 0}
+                    start, state = first
+                assert state is not None
                 yield from self._chunks(data, start, state["seq"])
+
+    def _first(self, data: mmap.mmap) -> tuple[int, State] | Problem:
+        """Where the first record starts and its state, or why nothing does."""
+        if data[:4] != LOG_MAGIC:
+            return Problem(self.path.name, 0, "not a wallaby log (bad LOG signature or version)")
+        if looks_like_generation_a(self.path, data):
+            return Problem(self.path.name, 0, "generation A wallaby layout (April 2015) is not supported")
+        return log_header_size(self.path, data), {"seq": 0}
 
     def _chunks(self, data: mmap.mmap, offset: int, seq: int) -> Iterator[Chunk | Problem]:
         end = len(data)
@@ -152,9 +157,38 @@ class WallabyLog(Stream):
             if problem is not None:
                 yield problem
                 return
-            if count < CHUNK_RECORDS:
-                return
+            if count < CHUNK_RECORDS and stop - offset < CHUNK_BYTES:
+                return  # the end of the records, not a chunk's limit
             offset, seq = stop, seq + count
+
+    def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
+        """Chunk starts from the record sizes alone (_decode_run's limits)."""
+        with open(self.path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                first = self._first(data) if start is None else (start, state or {"seq": 0})
+                if isinstance(first, Problem):
+                    return
+                offset, seq = first[0], first[1]["seq"]
+                end = len(data)
+                unpack = RECORD.unpack_from
+                head = RECORD.size
+                last = offset
+                while True:
+                    chunk, n = offset, 0
+                    while n < CHUNK_RECORDS and offset - chunk < CHUNK_BYTES:
+                        if offset + head > end:
+                            return
+                        size, _, stamp = unpack(data, offset)
+                        if stamp == 0 or offset + head + size > end:
+                            return
+                        offset += head + size
+                        n += 1
+                    seq += n
+                    if offset - last >= every and offset + head <= end:
+                        yield offset, {"seq": seq}
+                        last = offset
 
     def _decode_run(
         self,

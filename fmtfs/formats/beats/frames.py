@@ -127,6 +127,24 @@ def frames(
     out.status = status
 
 
+def chunk_starts(buf: memoryview, i: int, stop: int, max_records: int, max_bytes: int) -> Iterator[int]:
+    """Where the walks of frames() from `i` (with these limits) begin after
+    the first, from the frame sizes alone (no checksum, no decoding, so a
+    damaged frame's scan may stop earlier); ends at the first size that is
+    not a plausible whole frame."""
+    unpack_u32 = _u32.unpack_from
+    chunk, n = i, 0
+    while stop - i >= 4:
+        (size,) = unpack_u32(buf, i)
+        if size <= FRAME_OVERHEAD or i + size > stop:
+            return
+        if n >= max_records or i >= chunk + max_bytes:
+            yield i
+            chunk, n = i, 0
+        i += size
+        n += 1
+
+
 def first_frame_ok(buf: bytes, complete: bool) -> bool | None:
     """Whether plaintext `buf` starts with a valid frame (None: too little
     data to tell; `complete` says no more data follows `buf`).  Used to

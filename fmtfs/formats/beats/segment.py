@@ -193,6 +193,22 @@ class Segment:
             state = {"pos": max(0, start - self.header.data_offset)}
         return self.runs(state if start is not None else None)
 
+    def cuts(self, start: int | None, state: dict[str, Any] | None, every: int) -> Iterator[tuple[int, dict]]:
+        """Stream.cuts of runs_from(start, state): chunk starts about `every`
+        bytes apart, from the frame sizes.  A plaintext segment only: an
+        encrypted one is decrypted in windows that bound its chunks too, and
+        an LZ4 stream cannot be entered midway."""
+        h = self.header
+        if h.lz4_stream or h.iv is not None:
+            return
+        d = h.data_offset
+        p = (state or {}).get("pos", max(0, start - d)) if start is not None else 0
+        last = p
+        for q in fr.chunk_starts(self.data[d:], p, self.avail, CHUNK_RECORDS, CHUNK_BYTES):
+            if q - last >= every:
+                yield d + q, {"pos": q}
+                last = q
+
     def _emit(self, walk: fr.Walk, base: int, start: int) -> Iterator[Problem]:
         for offset, message in walk.payload_errors:
             yield self.problem(start + offset, f"frame at plaintext offset {base + offset}: {message}")

@@ -71,6 +71,15 @@ class SegmentStream(Stream):
             else:
                 yield item
 
+    def cuts(self, start: int | None, state: dict | None, every: int) -> Iterator[tuple[int, dict]]:
+        seg = self.opened()
+        if isinstance(seg, Problem):
+            return
+        try:
+            yield from seg.cuts(start, state, every)
+        finally:
+            seg.drop_pages()
+
     def _views(self, records: list[Record]) -> dict[str, list[Record]]:
         views = {self.view: records}  # the segment view first: chunk counts are its
         views.update(bucket_views(records, TIME_KEY, "ns", self.time_bucket, BUCKETS))

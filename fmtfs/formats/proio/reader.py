@@ -362,6 +362,40 @@ class ProioStream(Stream):
             ):
                 yield from close()
 
+    def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
+        """Chunk starts from the bucket headers alone (payloads skipped by
+        bucketSize, events counted by nEvents), with the running state; ends
+        at the first bucket _scan would report (junk, a damaged or truncated
+        header, a payload it skips)."""
+        src = _Source(self.path)
+        try:
+            buf, length = src.buf, src.length
+            cursor = _Cursor(state)
+            pos = chunk = start or 0
+            events = 0
+            last = pos
+            while pos < length and buf.find(wire.MAGIC, pos, pos + len(wire.MAGIC)) == pos:
+                try:
+                    head = read_head(buf, pos, length)
+                except (Truncated, Damaged):
+                    return
+                if head.end > length or head.compression not in wire.COMPRESSION_NAMES:
+                    return
+                if head.n_events == 0 and head.size > 0:
+                    return
+                if events >= CHUNK_EVENTS or pos - chunk >= CHUNK_BYTES:  # _scan closed a chunk here
+                    chunk, events = pos, 0
+                    if pos - last >= every:
+                        yield pos, cursor.state()
+                        last = pos
+                cursor.apply(head)
+                cursor.event += head.n_events
+                cursor.bucket += 1
+                events += head.n_events
+                pos = head.end
+        finally:
+            src.close()
+
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         src = _Source(self.path)
         try:

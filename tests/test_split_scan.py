@@ -1,0 +1,242 @@
+"""Split scans (fmtfs.scanning): a stream cut into ranges at the chunk starts
+its format finds cheaply (Stream.cuts), the ranges scanned apart and joined,
+gives the one-job scan's result exactly (chunks, states, counts, times, view
+lengths, problems) on every format, on intact and damaged input alike; a
+wrong cut costs time only; a single big file is scanned by the workers and
+this process at once."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from fmtfs.decoders import DecodePool
+from fmtfs.formats import open_source
+from fmtfs.formats.base import State, Stream
+from fmtfs.formats.proio import wire
+from fmtfs.formats.wallaby import WallabyWriter
+from fmtfs.index import Index
+from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
+from fmtfs.scanning import Scanned, ScanRange, joined, scan_range, scan_ranges, scan_stream
+from tests.conftest import FIXTURES
+from tests.test_index_parallel import table
+
+SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
+# the formats whose streams cut: a sample of a few MB must give several ranges
+CUTTING = {"beats", "wallaby", "proio"}
+
+
+def split(stream: Stream, every: int = 1) -> tuple[Scanned | BaseException, int]:
+    """The joined scans of `stream`'s ranges (every=1: a cut at each chunk)."""
+    parts = scan_ranges(stream, None, None, every)
+    return joined([scan_range(stream, part, None) for part in parts]), len(parts)
+
+
+def assert_split_is_whole(source: Path, fmt: str) -> int:
+    """Split == whole for every stream of `source`; returns the ranges made."""
+    made = 0
+    for stream in open_source(source, fmt, {}).streams():
+        whole = scan_stream(stream, None, None, None)
+        found, parts = split(stream)
+        assert isinstance(found, Scanned)
+        assert (found.chunks, found.problems) == (whole.chunks, whole.problems), stream.name
+        made += parts
+    return made
+
+
+def copy_of(folder: Path, into: Path) -> Path:
+    shutil.copytree(folder, into)
+    return into
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A few MB of each format: several chunks per stream."""
+    out = {}
+    for name, module in SAMPLES.items():
+        folder = tmp_path_factory.mktemp(name)
+        out[name] = (
+            module.generate(folder, 20_000, segments=1)
+            if name == "beats"
+            else module.generate(folder, 20_000)
+        )
+        if out[name].is_file():
+            out[name] = out[name].parent
+    return out
+
+
+@pytest.mark.parametrize("fmt", list(SAMPLES))
+def test_a_split_scan_is_the_whole_scan(samples: dict[str, Path], fmt: str) -> None:
+    made = assert_split_is_whole(samples[fmt], fmt)
+    streams = len(open_source(samples[fmt], fmt, {}).streams())
+    if fmt in CUTTING:
+        assert made > 2 * streams  # cut indeed
+    else:
+        assert made == streams  # no cuts: one job per stream, as before
+
+
+def fixture_source(fmt: str, into: Path) -> Path:
+    """A source of `fmt` made of the format's fixtures (Beats' fixtures are
+    LZ4 vectors, not segments: generated segments instead)."""
+    into.mkdir()
+    if fmt == "beats":
+        return beats.generate(into, 3_000, segments=2)
+    if fmt == "kestrel":  # every writer-file fixture as a queue's writer file
+        for i, journal in enumerate(sorted((FIXTURES / "kestrel").glob("*.journal"))):
+            shutil.copy(journal, into / f"q{i}.1000")
+    else:
+        for path in sorted((FIXTURES / "proio").glob("*.proio")):
+            shutil.copy(path, into)
+    return into
+
+
+@pytest.mark.parametrize("fmt", ["beats", "kestrel", "proio"])
+def test_the_fixtures_scan_alike_split_or_whole(tmp_path: Path, fmt: str) -> None:
+    assert assert_split_is_whole(fixture_source(fmt, tmp_path / "src"), fmt) >= 2
+
+
+@pytest.mark.parametrize("snapshot", ["03-tree-plus-journal", "05-many-journal", "01-fresh-journal"])
+def test_the_gvfs_fixtures_scan_alike_split_or_whole(tmp_path: Path, snapshot: str) -> None:
+    assert assert_split_is_whole(copy_of(FIXTURES / "gvfs" / snapshot, tmp_path / "src"), "gvfs") >= 1
+
+
+def _flip(path: Path, at: float) -> None:
+    """One byte flipped at a fraction of the file."""
+    data = bytearray(path.read_bytes())
+    i = int(len(data) * at)
+    data[i] ^= 0x55
+    path.write_bytes(bytes(data))
+
+
+def _cut(path: Path, at: float) -> None:
+    path.write_bytes(path.read_bytes()[: int(path.stat().st_size * at)])
+
+
+def _junk(path: Path, at: float) -> None:
+    """Junk inserted where a proio bucket starts, near `at`."""
+    data = path.read_bytes()
+    i = data.find(wire.MAGIC, int(len(data) * at))
+    path.write_bytes(data[:i] + b"junk" * 9 + data[i:])
+
+
+def _zero_size(path: Path, at: float) -> None:
+    """A wallaby record's stamp zeroed near `at`: the log looks ended there."""
+    data = bytearray(path.read_bytes())
+    i = int(len(data) * at)
+    data[i : i + 64] = bytes(64)
+    path.write_bytes(bytes(data))
+
+
+DAMAGE: list[tuple[str, Callable[[Path, float], None]]] = [
+    ("beats", _flip),  # a bad checksum the cheap walk cannot see
+    ("beats", _cut),  # a torn last frame
+    ("wallaby", _flip),
+    ("wallaby", _cut),
+    ("wallaby", _zero_size),
+    ("proio", _flip),  # a payload that does not decode: the scan resyncs
+    ("proio", _cut),
+    ("proio", _junk),
+    ("kestrel", _flip),
+    ("kestrel", _cut),
+    ("gvfs", _flip),
+]
+
+
+@pytest.mark.parametrize(("fmt", "damage"), DAMAGE, ids=[f"{f}-{d.__name__}" for f, d in DAMAGE])
+@pytest.mark.parametrize("at", [0.3, 0.77])
+def test_damaged_input_scans_alike_split_or_whole(
+    samples: dict[str, Path], tmp_path: Path, fmt: str, damage: Callable[[Path, float], None], at: float
+) -> None:
+    source = copy_of(samples[fmt], tmp_path / "src")
+    files = sorted(p for p in source.rglob("*") if p.is_file() and p.stat().st_size > 4096)
+    damage(max(files, key=lambda p: p.stat().st_size), at)
+    assert_split_is_whole(source, fmt)
+
+
+class WrongCuts(Stream):
+    """A stream whose cuts are off: shifted by `shift`, or with another state."""
+
+    def __init__(self, inner: Stream, shift: int, state: State | None) -> None:
+        super().__init__(inner.name, inner.path)
+        self.inner = inner
+        self.shift = shift
+        self.state = state
+
+    def scan(self, start: int | None, state: State | None) -> Iterator:
+        return self.inner.scan(start, state)
+
+    def decode(self, chunk):  # noqa: ANN001, ANN201 - unused here
+        return self.inner.decode(chunk)
+
+    def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
+        for at, at_state in self.inner.cuts(start, state, every):
+            yield at + self.shift, at_state if self.state is None else self.state
+
+
+def attempt(stream: Stream, part: ScanRange) -> Scanned | BaseException:
+    """A range's scan, or its error, as the index takes them."""
+    try:
+        return scan_range(stream, part, None)
+    except Exception as exc:  # noqa: BLE001 - a wrong state may fail: the join does not need it
+        return exc
+
+
+@pytest.mark.parametrize(("shift", "state"), [(1, None), (-1, None), (0, {"seq": 7}), (0, {"pos": 3})])
+def test_a_wrong_cut_costs_time_not_correctness(
+    samples: dict[str, Path], shift: int, state: State | None
+) -> None:
+    for fmt in ("beats", "wallaby"):
+        inner = open_source(samples[fmt], fmt, {}).streams()[0]
+        stream = WrongCuts(inner, shift, state)
+        whole = scan_stream(inner, None, None, None)
+        parts = scan_ranges(stream, None, None, 1)
+        scans = [attempt(stream, part) for part in parts]
+        found = joined(scans)
+        assert isinstance(found, Scanned)
+        assert (found.chunks, found.problems) == (whole.chunks, whole.problems)
+        if state is None or state.get("seq") == 7 and fmt == "wallaby" or "pos" in state and fmt == "beats":
+            assert isinstance(scans[0], Scanned) and not scans[0].joins  # it saw the cut was wrong
+
+
+def test_a_range_stops_at_its_cut_and_leaves_the_rest_to_the_next(samples: dict[str, Path]) -> None:
+    stream = open_source(samples["wallaby"], "wallaby", {}).streams()[0]
+    parts = scan_ranges(stream, None, None, 256 << 10)
+    assert len(parts) >= 2
+    first = scan_range(stream, parts[0], None)
+    assert first.joins and first.chunks[-1].end == parts[0].stop == parts[1].start
+    assert parts[1] == ScanRange(parts[0].stop, parts[0].stop_state, parts[1].stop, parts[1].stop_state)
+
+
+def test_a_wallaby_log_of_big_records_is_indexed_to_its_end(tmp_path: Path) -> None:
+    """A chunk ended by its byte limit is not the end of the log (it was:
+    a log of 2 KB records showed its first MiB only)."""
+    wallaby.generate(tmp_path, 10, name="big.log")
+    log = tmp_path / "big.log"
+    WallabyWriter(log).write([{"time": 1, "data": "x" * 2000} for _ in range(2_000)])
+    stream = open_source(tmp_path, "wallaby", {}).streams()[0]
+    whole = scan_stream(stream, None, None, None)
+    assert sum(c.count for c in whole.chunks) == 2_010
+    assert whole.chunks[-1].end == log.stat().st_size
+    found, parts = split(stream, 1 << 20)
+    assert parts > 2 and isinstance(found, Scanned) and found.chunks == whole.chunks
+
+
+def test_one_big_file_is_scanned_by_the_workers_and_here_at_once(
+    samples: dict[str, Path], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    fmt = open_source(samples["wallaby"], "wallaby", {})
+    serial = Index(tmp_path / "serial", "test", "v1").update_all(fmt.streams())
+    pool = DecodePool(fmt, 2)
+    try:
+        pool.wait_ready()  # the workers up: they take ranges from the front
+        with caplog.at_level(logging.INFO, logger="fmtfs"):
+            parallel = Index(tmp_path / "parallel", "test", "v1").update_all(fmt.streams(), None, pool, 0)
+    finally:
+        pool.close()
+    assert "ranges of 1 streams here and in" in caplog.text
+    assert "could not scan" not in caplog.text
+    assert [table(e) for e, _ in parallel] == [table(e) for e, _ in serial]  # type: ignore[misc]
