@@ -100,7 +100,7 @@ SCHEMA_VERSION = 2
 # process's own pace says it would need WORKER_START_SECONDS more alone
 # (about what a worker takes to start; the cost of a byte differs 30-fold
 # between formats, so bytes alone cannot say).
-PARALLEL_SCAN_BYTES = 8 << 20
+PARALLEL_SCAN_BYTES = 64 << 20
 WORKER_START_SECONDS = 1.0
 
 # Streams the format can cut (Stream.cuts) are scanned in about this many

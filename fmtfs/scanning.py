@@ -123,7 +123,8 @@ def scan_range(stream: Stream, part: ScanRange, progress: Progress | None) -> Sc
             lengths = rendered_lengths(item.records, item.lengths)
             item.records = {}  # freed now, not when the next chunk replaces it
             out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
-            if progress is not None:
+            # past a wrong cut, the next ranges' scans report these bytes
+            if progress is not None and (part.stop is None or item.start < part.stop):
                 progress(item.end - item.start, count)
     return out
 

@@ -16,8 +16,8 @@ from fmtfs.formats import open_source
 from fmtfs.formats.base import Format, Stream
 from fmtfs.formats.beats.stream import SegmentStream
 from fmtfs.formats.wallaby import WallabyWriter
-from fmtfs.index import PARALLEL_SCAN_BYTES, Index, StreamEntry
-from fmtfs.samples import beats, wallaby
+from fmtfs.index import Index, StreamEntry
+from fmtfs.samples import beats, proio, wallaby
 from fmtfs.views import SourceTree
 from tests.mounting import fmtfs, mounted
 
@@ -189,17 +189,19 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_mount_indexes_in_workers_returns_at_once_and_takes_them_along_when_it_ends(tmp_path: Path) -> None:
-    """`fmtfs mount` scans a big enough source in its decode workers before
-    it detaches: they (and multiprocessing's resource tracker) must not hold
-    the output pipes of the caller, which would wait until the unmount;
-    after the unmount none of them is left behind."""
-    source = beats.generate(tmp_path / "queue", 36_000, segments=3)
-    assert sum(p.stat().st_size for p in source.glob("*.seg")) >= PARALLEL_SCAN_BYTES
+    """`fmtfs mount` scans a source that takes long enough in its decode
+    workers before it detaches (a proio file of 1.5 MB: seconds of decoding,
+    cut into ranges): they (and multiprocessing's resource tracker) must
+    not hold the output pipes of the caller, which would wait until the
+    unmount; after the unmount none of them is left behind."""
+    source = proio.generate(tmp_path / "proio", 30_000)
     log_file = tmp_path / "mount.log"
     with mounted(source, "-v", "--log-file", log_file) as mnt:  # returns: the pipes are free
-        assert "ranges of 3 streams here and in" in log_file.read_text()
-        view = mnt / "segments" / "1.jsonl"
-        expected = fmtfs("cat", source, "segments/1.jsonl", "--cache-dir", tmp_path / "cli").stdout
+        logged = log_file.read_text()
+        assert "ranges of 1 streams here and in" in logged
+        assert "starting 2 worker processes to scan at once" in logged
+        view = mnt / "sample.proio" / "events.jsonl"
+        expected = fmtfs("cat", source, "sample.proio/events.jsonl", "--cache-dir", tmp_path / "cli").stdout
         assert view.stat().st_size == len(expected)
         assert view.read_bytes() == expected
         server = int(log_file.read_text().split("(pid ")[1].split(")")[0])
