@@ -100,7 +100,7 @@ def scan_range(stream: Stream, part: ScanRange, progress: Progress | None) -> Sc
     # the GC paused for the whole scan: each chunk's records live until
     # rendered, and young collections would walk them over and over
     with paused():
-        items = stream.scan(part.start, part.state)
+        items = stream.measured(part.start, part.state) or stream.scan(part.start, part.state)
         for item in items:
             if isinstance(item, Problem):
                 out.problems.append(item)
@@ -119,8 +119,11 @@ def scan_range(stream: Stream, part: ScanRange, progress: Progress | None) -> Sc
                     break
                 stop = None  # the cut was wrong: this scan goes on to the end
             since = 0
-            count = len(next(iter(item.records.values()))) if item.records else 0
-            lengths = rendered_lengths(item.records, item.lengths)
+            if item.count is not None:  # measured by the format as it decoded them
+                count, lengths = item.count, item.lengths
+            else:
+                count = len(next(iter(item.records.values()))) if item.records else 0
+                lengths = rendered_lengths(item.records, item.lengths)
             item.records = {}  # freed now, not when the next chunk replaces it
             out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
             # past a wrong cut, the next ranges' scans report these bytes

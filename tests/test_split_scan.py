@@ -9,25 +9,45 @@ from __future__ import annotations
 
 import logging
 import shutil
+import struct
 from collections.abc import Callable, Iterator
+from decimal import Decimal
 from pathlib import Path
 
+import cbor2
+import orjson
 import pytest
 
 from fmtfs.decoders import DecodePool
 from fmtfs.formats import open_source
-from fmtfs.formats.base import State, Stream
+from fmtfs.formats.base import Problem, State, Stream
 from fmtfs.formats.proio import wire
 from fmtfs.formats.wallaby import WallabyWriter
 from fmtfs.index import Index
+from fmtfs.render import rendered_lengths
 from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
-from fmtfs.scanning import Scanned, ScanRange, joined, scan_range, scan_ranges, scan_stream
+from fmtfs.scanning import Scanned, ScannedChunk, ScanRange, joined, scan_range, scan_ranges, scan_stream
 from tests.conftest import FIXTURES
+from tests.test_beats_build import KEY, TS, event, frame, segment
 from tests.test_index_parallel import table
 
 SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
 # the formats whose streams cut: a sample of a few MB must give several ranges
 CUTTING = {"beats", "wallaby", "proio"}
+
+
+def measured_by_hand(stream: Stream) -> Scanned:
+    """What the index makes of scan()'s records (Stream.measured, where a
+    format has it, must give the same)."""
+    out = Scanned()
+    for item in stream.scan(None, None):
+        if isinstance(item, Problem):
+            out.problems.append(item)
+            continue
+        count = len(next(iter(item.records.values()))) if item.records else 0
+        lengths = rendered_lengths(item.records, item.lengths)
+        out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
+    return out
 
 
 def split(stream: Stream, every: int = 1) -> tuple[Scanned | BaseException, int]:
@@ -36,11 +56,14 @@ def split(stream: Stream, every: int = 1) -> tuple[Scanned | BaseException, int]
     return joined([scan_range(stream, part, None) for part in parts]), len(parts)
 
 
-def assert_split_is_whole(source: Path, fmt: str) -> int:
-    """Split == whole for every stream of `source`; returns the ranges made."""
+def assert_split_is_whole(source: Path, fmt: str, options: dict | None = None) -> int:
+    """Split == whole == scan()'s records measured, for every stream of
+    `source`; returns the ranges made."""
     made = 0
-    for stream in open_source(source, fmt, {}).streams():
+    for stream in open_source(source, fmt, options or {}).streams():
         whole = scan_stream(stream, None, None, None)
+        by_hand = measured_by_hand(stream)
+        assert (whole.chunks, whole.problems) == (by_hand.chunks, by_hand.problems), stream.name
         found, parts = split(stream)
         assert isinstance(found, Scanned)
         assert (found.chunks, found.problems) == (whole.chunks, whole.problems), stream.name
@@ -240,3 +263,28 @@ def test_one_big_file_is_scanned_by_the_workers_and_here_at_once(
     assert "ranges of 1 streams here and in" in caplog.text
     assert "could not scan" not in caplog.text
     assert [table(e) for e, _ in parallel] == [table(e) for e, _ in serial]  # type: ignore[misc]
+
+
+def test_a_beats_segment_measured_record_by_record_is_scanned_alike(tmp_path: Path) -> None:
+    """Stream.measured (Beats: each record dumped and dropped as decoded)
+    gives scan()'s chunks: times over several hours, JSON and odd payloads,
+    a value only sanitizing renders (that run's records are then kept), a
+    bad frame at the end; an encrypted segment is scanned as before."""
+    hour = 3_600_000_000_000
+    events = [dict(event(i), timestamp=TS + i * hour // 700) for i in range(5_000)]
+    events[10]["fields"] = {"price": Decimal("1.5")}  # CBOR tag 4: orjson cannot dump it
+    payloads = [cbor2.dumps(e) for e in events]
+    payloads[20] = b"\xa4\xff"  # not CBOR
+    payloads[4_000] = orjson.dumps({"timestamp": "2022-07-29T14:43:00.000000000Z", "fields": {}})
+    data = struct.pack("<III", 2, 0, 0) + b"".join(frame(p) for p in payloads) + b"\x07" * 40
+    (tmp_path / "0.seg").write_bytes(data)
+    (tmp_path / "1.seg").write_bytes(segment("v2", [event(i) for i in range(3_000)], 1, key=KEY))
+    fmt = open_source(tmp_path, "beats", {"key": KEY})
+    plain, encrypted = fmt.streams()
+    assert plain.measured(None, None) is not None and encrypted.measured(None, None) is None
+    assert_split_is_whole(tmp_path, "beats", {"key": KEY})
+    whole = scan_stream(plain, None, None, None)
+    assert sum(c.count for c in whole.chunks) == 5_000
+    assert [c.state.get("sanitize") for c in whole.chunks][:2] == [True, None]
+    assert len({view for c in whole.chunks for view in c.lengths}) > 5  # hour buckets
+    assert whole.problems and whole.problems[-1].offset > whole.problems[0].offset

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,6 +36,12 @@ CHUNK_BYTES = 1 << 20
 WINDOW = CHUNK_BYTES + (256 << 10)  # decrypted per step; a little over a chunk
 HEAD_BYTES = 12 + 16
 PLAUSIBLE_FRAME = 100 << 20
+
+
+# Makes something of a run's records, given one by one as they are decoded
+# (each dropped once measured: no chunk's worth is kept), or None when it
+# cannot (the run's records are then decoded again and kept).
+Measure = Callable[[Iterator[Any]], Any]
 
 
 class KeyNeeded(Exception):
@@ -56,6 +62,8 @@ class Run:
     records: list[Any]
     positions: list[int] = field(default_factory=list)  # logical offsets (if asked)
     rendered_length: int | None = None  # bytes of the records' JSON Lines, when checking told it
+    # what a Measure made of the records instead of keeping them (runs(measure=...))
+    measured: Any = None
 
 
 def _map(path: Path) -> memoryview:
@@ -170,13 +178,17 @@ class Segment:
 
     # -- runs ------------------------------------------------------------------
 
-    def runs(self, state: dict[str, Any] | None, positions: bool = False) -> Iterator[Run | Problem]:
+    def runs(
+        self, state: dict[str, Any] | None, positions: bool = False, measure: Measure | None = None
+    ) -> Iterator[Run | Problem]:
         """Decoded runs of about a chunk each, from `state` (None: the first
-        frame) to the end of the readable data; Problems for damage."""
+        frame) to the end of the readable data; Problems for damage.  With
+        `measure`, a plaintext segment's runs hold what it made of their
+        records, each dropped as soon as measured, instead of the records."""
         if self.header.lz4_stream:
             yield from self._lz4_runs(state, positions)
         else:
-            yield from self._linear_runs((state or {}).get("pos", 0), positions)
+            yield from self._linear_runs((state or {}).get("pos", 0), positions, measure=measure)
 
     @staticmethod
     def _checked(records: list[Any], state: dict[str, Any], check: bool) -> tuple[list[Any], int | None]:
@@ -187,11 +199,13 @@ class Segment:
             state["sanitize"] = True
         return records, length
 
-    def runs_from(self, start: int | None, state: dict[str, Any] | None) -> Iterator[Run | Problem]:
+    def runs_from(
+        self, start: int | None, state: dict[str, Any] | None, measure: Measure | None = None
+    ) -> Iterator[Run | Problem]:
         """runs() for Stream.scan: a chunk state, or only a native offset."""
         if start is not None and not state and not self.header.lz4_stream:
             state = {"pos": max(0, start - self.header.data_offset)}
-        return self.runs(state if start is not None else None)
+        return self.runs(state if start is not None else None, measure=measure)
 
     def cuts(self, start: int | None, state: dict[str, Any] | None, every: int) -> Iterator[tuple[int, dict]]:
         """Stream.cuts of runs_from(start, state): chunk starts about `every`
@@ -213,7 +227,9 @@ class Segment:
         for offset, message in walk.payload_errors:
             yield self.problem(start + offset, f"frame at plaintext offset {base + offset}: {message}")
 
-    def _linear_runs(self, p: int, positions: bool, check: bool = True) -> Iterator[Run | Problem]:
+    def _linear_runs(
+        self, p: int, positions: bool, check: bool = True, measure: Measure | None = None
+    ) -> Iterator[Run | Problem]:
         h = self.header
         avail = self.avail
         d = h.data_offset
@@ -227,10 +243,23 @@ class Segment:
             else:
                 buf, base = self.read(p, min(window, avail - p)), p
             at_eof = base + len(buf) >= avail
-            w = fr.walk(buf, p - base, len(buf), self.decode_payload, CHUNK_RECORDS, CHUNK_BYTES, positions)
+            measured = None
+            if measure is not None and plain and not positions:
+                w = fr.Walk()
+                with paused():
+                    measured = measure(
+                        fr.frames(buf, p, len(buf), self.decode_payload, w, CHUNK_RECORDS, CHUNK_BYTES)
+                    )
+            if measured is None:  # kept records (or a record measure() could not render)
+                w = fr.walk(
+                    buf, p - base, len(buf), self.decode_payload, CHUNK_RECORDS, CHUNK_BYTES, positions
+                )
             new_p = base + w.end
             yield from self._emit(w, base, d)
-            if w.records:
+            got = bool(w.records) or new_p > p
+            if measured is not None and new_p > p:
+                yield Run(d + p, d + new_p, {"pos": p}, [], measured=measured)
+            elif w.records:
                 state = {"pos": p}
                 records, length = self._checked(w.records, state, check)
                 yield Run(
@@ -242,7 +271,7 @@ class Segment:
                     length,
                 )
             status = w.status
-            if status == fr.MORE or (status in (fr.END, fr.PARTIAL) and not at_eof and w.records):
+            if status == fr.MORE or (status in (fr.END, fr.PARTIAL) and not at_eof and got):
                 p = new_p
                 window = WINDOW
                 continue

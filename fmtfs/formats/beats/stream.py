@@ -6,10 +6,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
+
 from fmtfs.formats.base import Chunk, Problem, Record, Routed, Stream
 from fmtfs.formats.beats.layout import HeaderError
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
-from fmtfs.formats.timerange import BucketRoute, bucket_views, text_range
+from fmtfs.formats.timerange import BUCKET_PREFIX, TEXT_WIDTH, BucketRoute, bucket_views, text_range
 
 BUCKETS = "buckets"
 TIME_KEY = "timestamp"
@@ -64,12 +66,81 @@ class SegmentStream(Stream):
         for item in seg.runs_from(start, state):
             if isinstance(item, Run):
                 seg.drop_pages()  # the mount's RSS stays small however big the queue
-                times = text_range((r.get(TIME_KEY) for r in item.records), "ns")
-                views = self._views(item.records)
-                known = {} if item.rendered_length is None else {self.view: item.rendered_length}
-                yield Chunk(item.start, item.end, item.state, views, times=times, lengths=known)
+                yield from self._chunks(item)
             else:
                 yield item
+
+    def _chunks(self, run: Run) -> Iterator[Chunk]:
+        """A run of decoded records as a chunk."""
+        times = text_range((r.get(TIME_KEY) for r in run.records), "ns")
+        views = self._views(run.records)
+        known = {} if run.rendered_length is None else {self.view: run.rendered_length}
+        yield Chunk(run.start, run.end, run.state, views, times=times, lengths=known)
+
+    def measured(self, start: int | None, state: dict | None) -> Iterator[Chunk | Problem] | None:
+        seg = self.opened()
+        if isinstance(seg, Problem) or seg.header.lz4_stream or seg.header.iv is not None:
+            return None  # scan() then: only a plaintext segment's runs are measured
+        return self._measured_runs(seg, start, state)
+
+    def _measured_runs(
+        self, seg: Segment, start: int | None, state: dict | None
+    ) -> Iterator[Chunk | Problem]:
+        for item in seg.runs_from(start, state, measure=self._measure):
+            if isinstance(item, Run):
+                seg.drop_pages()
+                if item.measured is None:  # a run measure() could not render: its records, kept
+                    yield from self._chunks(item)
+                else:
+                    count, lengths, times = item.measured
+                    yield Chunk(
+                        item.start, item.end, item.state, {}, times=times, lengths=lengths, count=count
+                    )
+            else:
+                yield item
+
+    def _measure(
+        self, records: Iterator[Record]
+    ) -> tuple[int, dict[str, int], tuple[int, int] | None] | None:
+        """(count, view -> rendered length, time range) of a run's records,
+        as scan()'s chunk of them gives (its segment view, its buckets by
+        bucket_views' rule, text_range's range); None when one does not
+        render as it is (check_json sanitizes the whole run then)."""
+        dumps = orjson.dumps
+        width = TEXT_WIDTH["ns"]
+        cut = BUCKET_PREFIX[self.time_bucket]
+        lengths = {self.view: 0}
+        names: dict[str, str] = {}  # bucket prefix -> its view
+        total = count = 0
+        low = high = None
+        texts = True  # every time present is text
+        for record in records:
+            try:
+                size = len(dumps(record)) + 1
+            except TypeError:
+                return None
+            total += size
+            count += 1
+            text = record.get(TIME_KEY)
+            if text is None:
+                continue
+            if type(text) is not str:
+                texts = False
+                continue
+            if len(text) == width:
+                prefix = text[:cut]
+                name = names.get(prefix)
+                if name is None:
+                    name = names[prefix] = f"{BUCKETS}/{prefix}.jsonl"
+                    lengths[name] = 0
+                lengths[name] += size
+            if low is None or text < low:
+                low = text
+            if high is None or text > high:
+                high = text
+        lengths[self.view] = total
+        times = text_range((low, high), "ns") if texts and low is not None else None
+        return count, lengths, times
 
     def cuts(self, start: int | None, state: dict | None, every: int) -> Iterator[tuple[int, dict]]:
         seg = self.opened()
