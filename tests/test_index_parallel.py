@@ -90,13 +90,13 @@ def test_the_indexing_process_scans_too_while_the_workers_take_the_first_streams
     streams = fmt.streams()  # the very objects this process scans (not the workers' own)
     scanned_here: list[str] = []
     for stream in streams:
-        real_scan = stream.scan
+        real_scan = stream.measured  # a Beats segment's scan for the index
 
         def counting_scan(start, state, stream=stream, real_scan=real_scan):
             scanned_here.append(stream.name)
             return real_scan(start, state)
 
-        stream.scan = counting_scan
+        stream.measured = counting_scan
     serial, _ = index(tmp_path / "serial", streams)
     scanned_here.clear()
     parallel, told = index(tmp_path / "parallel", streams, pool)
