@@ -5,9 +5,9 @@ streams for a first index.
 Each worker opens the format itself from (source, format name, options), as
 Spark's executors do, and is sent only (stream name, chunk start, end,
 state, view); it returns the rendered bytes of that view.  A scan
-(fmtfs.scanning) is sent (stream name, start, state) and returns the
-stream's chunk table; its progress travels back chunk by chunk on a queue
-the workers inherit.  The pool is used by `fmtfs mount` and `fmtfs index`
+(fmtfs.scanning) is sent (stream name, range) and returns the range's
+chunk table; its progress travels back chunk by chunk on a queue the
+workers inherit.  The pool is used by `fmtfs mount` and `fmtfs index`
 only (`fmtfs cat`, Spark and tests decode in process), with the "spawn"
 start method because the mount process already runs threads: spawned
 children re-import the main module, which a library user's unguarded

@@ -18,7 +18,11 @@ else that range's scan goes on to the end of the stream.  A range past
 damage the cheap walk could not see (a bad checksum, a payload that does
 not decode) is therefore never trusted: the joined result is, by the resume
 property every format already has (a scan from a chunk's (start, state)
-yields what the whole scan yields from there), the one-job scan's."""
+yields what the whole scan yields from there), the one-job scan's.
+
+A format that can measure its records one by one as it decodes them
+(`Stream.measured`: Beats) gives chunks with their counts and view lengths
+and no records; the others' records are measured here, a chunk at a time."""
 
 from __future__ import annotations
 
