@@ -75,6 +75,11 @@ def render_chunk(stream: Stream, chunk: Chunk, view: str | None = None) -> dict[
     sending and caching the other views too cost a reader of one view
     twice the bytes of it)."""
     with paused():
+        if view is not None:
+            records = stream.view_records(chunk, view)
+            if records is not None:
+                out = render_lines(records)
+                return {view: out} if out else {}
         routed = stream.decode_iter(chunk)
         if routed is None:
             decoded = stream.decode(chunk)

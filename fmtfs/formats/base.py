@@ -31,7 +31,7 @@ from __future__ import annotations
 import hashlib
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -159,6 +159,14 @@ class Stream(ABC):
         so that no chunk's worth of records is kept.  None (the default): this
         stream decodes whole chunks only, through decode().  Worth it where
         records are big nested values (Beats' CBOR events)."""
+        return None
+
+    def view_records(self, chunk: Chunk, view: str) -> Iterable[Record] | None:
+        """The records of `view` alone in one chunk, in order: what a reader
+        of one view needs, without routing each record to the other views
+        it is in (a Beats or wallaby record's time bucket) or building
+        records of views nobody asked for.  None (the default): no cheaper
+        way than decode_iter() / decode() for this view."""
         return None
 
     def view_paths(self) -> list[str]:

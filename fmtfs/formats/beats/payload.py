@@ -37,7 +37,7 @@ import orjson
 
 from fmtfs.formats.base import BadRecord
 from fmtfs.formats.beats import cbor, protobuf
-from fmtfs.shape import format_time, parse_time, put_data
+from fmtfs.shape import HOUR_HEADS, MINUTES_SECONDS, format_time, hour_text, parse_time, put_data
 
 KEYS = ("timestamp", "flags", "meta", "fields")
 PROTOBUF_KEYS = KEYS + ("source", "data_stream")
@@ -71,29 +71,13 @@ def _normal(d: Any) -> Record:
     return out
 
 
-_DATES: dict[int, str] = {}  # whole seconds -> "YYYY-MM-DDTHH:MM:SS."
 _KEY_LIST = list(KEYS)
-
-
-def _date_head(seconds: int) -> str:
-    if len(_DATES) > 4096:
-        _DATES.clear()
-    head = _DATES[seconds] = format_time(seconds * 1_000_000_000)[:-10]
-    return head
-
-
-def _time_text(ns: int) -> str:
-    """format_time(ns) with a per-second memo of the date part."""
-    seconds, fraction = divmod(ns, 1_000_000_000)
-    head = _DATES.get(seconds) or _date_head(seconds)
-    # str(1_0xxxxxxxxx)[1:] zero-pads the 9 digits faster than :09d
-    return f"{head}{str(fraction + 1_000_000_000)[1:]}Z"
 
 
 def _event(d: Any) -> Record:
     """A decoded JSON/CBOR value as a line (fast path: the map Beats writes)."""
     if type(d) is dict and len(d) == 4 and [*d] == _KEY_LIST and type(d["timestamp"]) is int:
-        d["timestamp"] = _time_text(d["timestamp"])
+        d["timestamp"] = format_time(d["timestamp"])
         return d
     return _normal(d)
 
@@ -109,9 +93,18 @@ def from_json(payload: memoryview) -> Record:
     return _event(d)
 
 
-def sniffed(payload: memoryview, _loads=cbor2.loads, _dates=_DATES, _dict=dict, _int=int, _str=str) -> Record:
+def sniffed(
+    payload: memoryview,
+    _loads=cbor2.loads,
+    _hours=HOUR_HEADS,
+    _mmss=MINUTES_SECONDS,
+    _dict=dict,
+    _int=int,
+    _str=str,
+) -> Record:
     """JSON when the payload starts with `{`, else CBOR.  The CBOR case is
-    the hot path of every scan, so _event and _time_text are inlined."""
+    the hot path of every scan, so _event and format_time are inlined
+    (format_time's memo and table read here directly)."""
     if payload[0] == 0x7B:
         return from_json(payload)
     try:
@@ -122,8 +115,9 @@ def sniffed(payload: memoryview, _loads=cbor2.loads, _dates=_DATES, _dict=dict, 
         ts = d["timestamp"]
         if type(ts) is _int:
             seconds, fraction = divmod(ts, 1_000_000_000)
-            head = _dates.get(seconds) or _date_head(seconds)
-            d["timestamp"] = f"{head}{_str(fraction + 1_000_000_000)[1:]}Z"
+            hour, of_hour = divmod(seconds, 3600)
+            head = _hours.get(hour) or hour_text(hour)
+            d["timestamp"] = f"{head}{_mmss[of_hour]}.{_str(fraction + 1_000_000_000)[1:]}Z"
             return d
     return _normal(d)
 

@@ -172,5 +172,16 @@ class SegmentStream(Stream):
         finally:
             seg.drop_pages()
 
+    def view_records(self, chunk: Chunk, view: str) -> Iterator[Record] | None:
+        # every record is in the segment view: no bucket routing for its reader
+        return self._records(chunk) if view == self.view else None
+
+    def _records(self, chunk: Chunk) -> Iterator[Record]:
+        seg = self.open()
+        try:
+            yield from seg.iter_chunk(chunk.state, chunk.end)
+        finally:
+            seg.drop_pages()
+
     def view_paths(self) -> list[str]:
         return [self.view]

@@ -160,21 +160,26 @@ def _parse_events(buf: Any, head: Head) -> list[Any]:
         raise Damaged(f"bucket payload does not decode ({type(exc).__name__}: {exc})") from None
 
 
-def _tags(event: Any) -> tuple[dict[str, list[int]], dict[int, list[str]]]:
-    """(tag -> entry ids in stored order, entry id -> its tags)."""
-    tags: dict[str, list[int]] = {}
-    for t in event.tag:
-        tags[t.key.decode("utf-8", "replace")] = list(t.value.entry)
+def _tags(event: Any) -> dict[str, list[int]]:
+    """tag -> entry ids in stored order."""
+    return {t.key.decode("utf-8", "replace"): list(t.value.entry) for t in event.tag}
+
+
+def _tagged(tags: dict[str, list[int]]) -> dict[int, list[str]]:
+    """entry id -> its tags (what a type view's line shows)."""
     tagged: dict[int, list[str]] = {}
     for tag, ids in tags.items():
         for entry_id in dict.fromkeys(ids):
             tagged.setdefault(entry_id, []).append(tag)
-    return tags, tagged
+    return tagged
 
 
-def _entries(event: Any, index: int, kinds: dict[int, _Kind], tagged: dict[int, list[str]]) -> dict[str, Any]:
+def _entries(
+    event: Any, index: int, kinds: dict[int, _Kind], tagged: dict[int, list[str]] | None
+) -> dict[str, Any]:
     """The event's entries by id, decoded where their type resolves (else
-    kept as payload_base64); each entry's line is appended to its type view."""
+    kept as payload_base64); each entry's line is appended to its type view,
+    unless `tagged` is None (the events view alone is wanted)."""
     b64 = base64.b64encode
     stored = {e.key: e.value for e in event.entry}
     entries: dict[str, Any] = {}
@@ -185,7 +190,6 @@ def _entries(event: Any, index: int, kinds: dict[int, _Kind], tagged: dict[int, 
             entries[str(entry_id)] = {"type": None, "payload_base64": b64(any_.payload).decode("ascii")}
             continue
         name, resolved, lines = kind
-        line: dict[str, Any] = {"event": index, "entry": entry_id, "tags": tagged.get(entry_id, [])}
         if resolved is not None:
             try:
                 value = resolved.to_json(resolved.cls.FromString(any_.payload))
@@ -193,12 +197,22 @@ def _entries(event: Any, index: int, kinds: dict[int, _Kind], tagged: dict[int, 
                 resolved = None
         if resolved is not None:
             entries[str(entry_id)] = {"type": name, "value": value}
-            line["value"] = value
+            if tagged is not None:
+                lines.append(
+                    {"event": index, "entry": entry_id, "tags": tagged.get(entry_id, []), "value": value}
+                )
         else:
             raw = b64(any_.payload).decode("ascii")
             entries[str(entry_id)] = {"type": name, "payload_base64": raw}
-            line["payload_base64"] = raw
-        lines.append(line)
+            if tagged is not None:
+                lines.append(
+                    {
+                        "event": index,
+                        "entry": entry_id,
+                        "tags": tagged.get(entry_id, []),
+                        "payload_base64": raw,
+                    }
+                )
     return entries
 
 
@@ -235,42 +249,59 @@ class ProioStream(Stream):
     # -- one bucket -> records --------------------------------------------
 
     def _bucket_records(
-        self, buf: Any, length: int, head: Head, cursor: _Cursor, out: dict[str, list[Record]]
+        self,
+        buf: Any,
+        length: int,
+        head: Head,
+        cursor: _Cursor,
+        out: dict[str, list[Record]],
+        every_view: bool = True,
     ) -> None:
         """Decode one complete bucket into `out` and advance `cursor`.
-        Raises Damaged (nothing added, cursor unchanged) when unusable."""
+        Raises Damaged (nothing added, cursor unchanged) when unusable.
+        `every_view` False: events.jsonl only (no bucket or type views: the
+        type views' lines and tag inversion were a fifth of the decode)."""
         events = _parse_events(buf, head)
         cursor.apply(head)
         lookup = self._resolvers_for(tuple(cursor.descriptors), buf, length).lookup
         metadata, metadata_b64 = cursor.rendered()
         event_lines = out.setdefault(self.events_path, [])
-        bucket_lines = out.setdefault(f"{self.view}/buckets/{cursor.bucket}.jsonl", [])
+        if every_view:
+            bucket_lines = out.setdefault(f"{self.view}/buckets/{cursor.bucket}.jsonl", [])
         type_lines: dict[str, list[Record]] = {}  # type name -> its view's list in `out`
         index = cursor.event
         for event in events:
-            kinds = self._entry_types(event, lookup, type_lines, out)
-            tags, tagged = _tags(event)
+            kinds = self._entry_types(event, lookup, type_lines, out if every_view else None)
+            tags = _tags(event)
             record: dict[str, Any] = {"event": index, "metadata": metadata}
             if metadata_b64:
                 record["metadata_base64"] = metadata_b64
             record["tags"] = tags
-            record["entries"] = _entries(event, index, kinds, tagged)
+            record["entries"] = _entries(event, index, kinds, _tagged(tags) if every_view else None)
             event_lines.append(record)
-            bucket_lines.append(record)
+            if every_view:
+                bucket_lines.append(record)
             index += 1
         cursor.event = index
         cursor.bucket += 1
 
     def _entry_types(
-        self, event: Any, lookup: Any, type_lines: dict[str, list[Record]], out: dict[str, list[Record]]
+        self,
+        event: Any,
+        lookup: Any,
+        type_lines: dict[str, list[Record]],
+        out: dict[str, list[Record]] | None,
     ) -> dict[int, _Kind]:
         """The event's type table: type id -> (name, resolved type or None,
-        the lines of that type's view in `out`)."""
+        the lines of that type's view in `out`; an empty list when `out` is
+        None: no type view wanted)."""
         kinds: dict[int, _Kind] = {}
         for t in event.type:
             name = t.value.decode("utf-8", "replace")
             lines = type_lines.get(name)
-            if lines is None:
+            if lines is None and out is None:
+                lines = type_lines[name] = []
+            elif lines is None:
                 path = self._type_paths.get(name)
                 if path is None:
                     path = self._type_paths[name] = f"{self.view}/types/{encode_name(name)}.jsonl"
@@ -397,6 +428,14 @@ class ProioStream(Stream):
             src.close()
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
+        return self._decode(chunk, every_view=True)
+
+    def view_records(self, chunk: Chunk, view: str) -> list[Record] | None:
+        if view != self.events_path:
+            return None
+        return self._decode(chunk, every_view=False).get(view, [])
+
+    def _decode(self, chunk: Chunk, every_view: bool) -> dict[str, list[Record]]:
         src = _Source(self.path)
         try:
             cursor = _Cursor(chunk.state)
@@ -404,7 +443,7 @@ class ProioStream(Stream):
             pos = chunk.start
             while pos < chunk.end:
                 head = read_head(src.buf, pos, src.length)
-                self._bucket_records(src.buf, src.length, head, cursor, out)
+                self._bucket_records(src.buf, src.length, head, cursor, out, every_view)
                 pos = head.end
             return out
         finally:
