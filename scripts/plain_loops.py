@@ -27,27 +27,29 @@ from pathlib import Path
 import cbor2
 import orjson
 
-_SECONDS: dict[int, str] = {}  # whole second -> "YYYY-MM-DDTHH:MM:SS"
+_HOURS: dict[int, str] = {}  # whole hour -> "YYYY-MM-DDTHH:"
+_MINUTES_SECONDS = [f"{s // 60:02d}:{s % 60:02d}" for s in range(3600)]
 
 
 def _second_text(seconds: int) -> str:
-    text = _SECONDS.get(seconds)
-    if text is None:
-        tm = time.gmtime(seconds)
-        text = _SECONDS[seconds] = (
-            f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T{tm.tm_hour:02d}:{tm.tm_min:02d}:{tm.tm_sec:02d}"
-        )
-    return text
+    """ "YYYY-MM-DDTHH:MM:SS": the hour memoised, minutes and seconds from a
+    table (records a minute apart share no second, but an hour)."""
+    hour, of_hour = divmod(seconds, 3600)
+    head = _HOURS.get(hour)
+    if head is None:
+        tm = time.gmtime(hour * 3600)
+        head = _HOURS[hour] = f"{tm.tm_year:04d}-{tm.tm_mon:02d}-{tm.tm_mday:02d}T{tm.tm_hour:02d}:"
+    return head + _MINUTES_SECONDS[of_hour]
 
 
 def rfc3339_ns(ns: int) -> str:
     seconds, fraction = divmod(ns, 1_000_000_000)
-    return f"{_second_text(seconds)}.{fraction:09d}Z"
+    return f"{_second_text(seconds)}.{str(fraction + 1_000_000_000)[1:]}Z"  # faster than :09d
 
 
 def rfc3339_ms(ms: int) -> str:
     seconds, fraction = divmod(ms, 1000)
-    return f"{_second_text(seconds)}.{fraction:03d}Z"
+    return f"{_second_text(seconds)}.{str(fraction + 1000)[1:]}Z"
 
 
 def _data(record: dict, payload: bytes) -> dict:

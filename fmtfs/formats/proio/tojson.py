@@ -92,32 +92,31 @@ class _Builder:
             self._messages[desc.full_name] = slow
             return slow
         # Keyed by the FieldDescriptor itself: upb hands out one object per
-        # field, and a dict lookup beats reading `.number` every time.
-        table: dict[Any, tuple[str, Converter | None, int]] = {}
+        # field, and a dict lookup beats reading `.number` every time.  Each
+        # field's converter takes the whole value (a repeated field's list,
+        # a map), None where the value is shown as it is.
+        table: dict[Any, tuple[str, Converter | None]] = {}
+        fields_of = table.get
 
         def convert(message: Any) -> Any:
             out = {}
             for field, value in message.ListFields():
-                try:
-                    name, fn, kind = table[field]
-                except KeyError:  # an extension: json_format knows its spelling
+                known = fields_of(field)
+                if known is None:  # an extension: json_format knows its spelling
                     return slow(message)
-                if kind == 0:
-                    out[name] = fn(value) if fn is not None else value
-                elif kind == 1:
-                    out[name] = [fn(v) for v in value] if fn is not None else list(value)
-                else:
-                    out[name] = {_key(k): fn(value[k]) for k in value}
+                name, fn = known
+                out[name] = value if fn is None else fn(value)
             return out
 
         # Registered before the fields so that recursive messages find it.
         self._messages[desc.full_name] = convert
         for field in desc.fields:
             if field.message_type is not None and field.message_type.GetOptions().map_entry:
-                entry = field.message_type
-                table[field] = (field.name, self.value(entry.fields_by_name["value"]) or _same, 2)
+                table[field] = (field.name, _map_of(self.value(field.message_type.fields_by_name["value"])))
+            elif _repeated(field):
+                table[field] = (field.name, _list_of(self.value(field)))
             else:
-                table[field] = (field.name, self.value(field), 1 if _repeated(field) else 0)
+                table[field] = (field.name, self.value(field))
         return convert
 
     def value(self, field: FieldDescriptor) -> Converter | None:
@@ -140,8 +139,16 @@ class _Builder:
         return None  # 32-bit integers
 
 
-def _same(value: Any) -> Any:
-    return value
+def _list_of(fn: Converter | None) -> Converter:
+    if fn is None:
+        return list
+    return lambda values: list(map(fn, values))
+
+
+def _map_of(fn: Converter | None) -> Converter:
+    if fn is None:
+        return lambda entries: {_key(k): entries[k] for k in entries}
+    return lambda entries: {_key(k): fn(entries[k]) for k in entries}
 
 
 def _key(key: Any) -> str:
