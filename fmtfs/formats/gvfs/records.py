@@ -20,13 +20,9 @@ from fmtfs.shape import format_time, parse_time, put_data, take_data
 _MAX_TIME = 253402300799
 
 
-def show_time(seconds: int, _cache: dict[int, str | int] = {}) -> str | int:  # noqa: B006 - deliberate memo
-    text = _cache.get(seconds)
-    if text is None:
-        if len(_cache) > 4096:
-            _cache.clear()
-        text = _cache[seconds] = format_time(seconds, "s") if 0 <= seconds <= _MAX_TIME else seconds
-    return text
+def show_time(seconds: int) -> str | int:
+    # no memo of its own: format_time memoises per hour already
+    return format_time(seconds, "s") if 0 <= seconds <= _MAX_TIME else seconds
 
 
 def _b64(data: bytes) -> str:
