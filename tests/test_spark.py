@@ -272,6 +272,63 @@ def test_data_source_equals_json_view(spark, sources, name) -> None:
         assert json_df.exceptAll(df).count() == 0, rel
 
 
+@pytest.mark.parametrize("name", FORMATS)
+def test_a_chunk_decoded_for_one_view_equals_its_share_of_the_whole_decode(sources, name) -> None:
+    """Executors decode a chunk for the view they read (Stream.decode_view,
+    which skips the hour buckets of a stream's own view): the same records
+    as the view's share of decode(), for every chunk of every record view."""
+    from fmtfs.formats.base import Chunk
+    from fmtfs.spark import open_tree
+    from fmtfs.spark.plan import is_chunked
+
+    source, cache, _ = sources[name]
+    tree = open_tree({"path": str(source), "format": name, "timebucket": "hour", "cachedir": str(cache)})
+    streams = {stream.name: stream for stream in tree.format.streams()}
+    own_view = set()  # whether a checked chunk was of its stream's own view (else a bucket)
+    for path, file in tree.files.items():
+        if not (path.endswith(".jsonl") and is_chunked(file)):
+            continue
+        for chunk in file.chunks():
+            stream = streams[chunk.stream]
+            native = Chunk(chunk.start, chunk.end, chunk.state, {})
+            records = stream.decode_view(native, chunk.view)
+            assert records == stream.decode(native).get(chunk.view, []) and records, path
+            own_view.add(chunk.view == getattr(stream, "view", None))
+    assert own_view == {True, False} if name in ("beats", "kestrel") else own_view, own_view
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_schema_sample_decoded_on_every_core_equals_in_process(sources, name) -> None:
+    """A big inference sample is decoded by forked processes that open the
+    source themselves: the same arrays, in the same order, as decoding it
+    in the driver's process; a small one stays in process."""
+    from fmtfs.spark import open_tree, view_files
+    from fmtfs.spark.schema import PARALLEL_SAMPLE_BYTES, sample_arrays, sample_workers, sampled
+
+    source, cache, mnt = sources[name]
+    for rel in view_folders(mnt):
+        opts = {
+            "path": str(source),
+            "format": name,
+            "view": rel,
+            "timebucket": "hour",
+            "cachedir": str(cache),
+        }
+        tree = open_tree(opts)
+        sample, _ = sampled(tree, view_files(tree, rel), 0)
+        if not sample:
+            continue
+        here = list(sample_arrays(opts, sample, 1))
+        forked = list(sample_arrays(opts, sample, 2))
+        assert len(forked) == len(here) > 0, rel
+        assert all(a.equals(b) for a, b in zip(here, forked, strict=True)), rel
+        rendered = sum(chunk.size for _, chunk in sample)
+        if rendered < PARALLEL_SAMPLE_BYTES:
+            assert sample_workers(sample) == 1, rel
+        big = sample * (PARALLEL_SAMPLE_BYTES // rendered + 1)
+        assert sample_workers(big) == min(len(big), os.cpu_count() or 1), rel
+
+
 def test_data_source_partitions_are_packed_from_chunks(spark, tmp_path) -> None:
     """Partitions come from the chunk index: by default packed to Spark's
     split size, or one per `partitionBytes` worth of chunks, or a fixed

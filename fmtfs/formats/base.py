@@ -153,6 +153,12 @@ class Stream(ABC):
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         """Decode one chunk previously produced by scan() (records empty)."""
 
+    def decode_view(self, chunk: Chunk, view: str) -> list[Record]:
+        """decode()'s records of one view (a Spark task reads one view).  A
+        stream whose decode() also groups its records into other views (hour
+        buckets) overrides this to skip that work for its own view."""
+        return self.decode(chunk).get(view, [])
+
     def decode_iter(self, chunk: Chunk) -> Iterator[Routed] | None:
         """decode() record by record for a renderer: each record as soon as it
         is decoded, with the views it is in (a view's records in its order),

@@ -17,7 +17,14 @@ Modules: `source` (options -> a format, a view tree), `plan` (partitions
 from chunks, read on executors), `schema` (columns, sampled inference,
 Arrow batches), `timefilter` (pushed time comparisons vs chunk time
 ranges), `batch` and `streaming` (the two readers), `datasource` (the
-DataSource Spark instantiates).
+DataSource Spark instantiates), `trace` (timestamps of each step, for
+profiling: FMTFS_SPARK_TRACE).
+
+Each step of a query runs in a Python worker of its own (the schema, the
+planning, every task), and a fresh worker imports what it unpickles: the
+modules import what their step needs only (pyarrow is for the schema and
+the tasks, not the planning), and this package loads its names on first
+use, so unpickling `FmtfsDataSource` imports `datasource` alone.
 
 Options: format, view (required), every option the format declares under
 its camelCase name (fmtfs.formats.options: key_file is keyFile), cacheDir,
@@ -28,8 +35,23 @@ for files: min(128 MiB, max(4 MiB, bytes / cores))), parallelism (the
 cores that rule divides by; default the driver's), chunksPerPartition (a
 fixed number of chunks per partition instead)."""
 
-from fmtfs.spark.datasource import FmtfsDataSource
-from fmtfs.spark.plan import partition_records, plan_partitions
-from fmtfs.spark.source import open_tree, view_files
+from __future__ import annotations
 
-__all__ = ["FmtfsDataSource", "open_tree", "partition_records", "plan_partitions", "view_files"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "FmtfsDataSource": "fmtfs.spark.datasource",
+    "open_tree": "fmtfs.spark.source",
+    "view_files": "fmtfs.spark.source",
+    "partition_records": "fmtfs.spark.plan",
+    "plan_partitions": "fmtfs.spark.plan",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:  # PEP 562: `from fmtfs.spark import X` loads X's module only
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

@@ -4,15 +4,20 @@ executors, time filters pushed down to skip chunks."""
 from __future__ import annotations
 
 import gc
+import time
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from fmtfs.spark.plan import DerivedPartition, is_chunked, partition_records, plan_partitions
-from fmtfs.spark.schema import Inferred, to_batch
 from fmtfs.spark.source import Options, open_tree, view_files
 from fmtfs.spark.timefilter import TimeTest, time_tests
+from fmtfs.spark.trace import step
+
+if TYPE_CHECKING:  # the schema module (pyarrow) is imported by the tasks, not by planning
+    from fmtfs.spark.schema import Inferred
 
 
 def time_columns(tree, views: list[str]) -> set[str]:
@@ -23,28 +28,39 @@ def time_columns(tree, views: list[str]) -> set[str]:
 
 def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, partition: InputPartition):
     """Arrow batches of one partition, of exactly `schema` (executors)."""
-    from pyspark.sql.pandas.types import to_arrow_schema
-
-    expected = to_arrow_schema(schema, timezone="UTC")
     if isinstance(partition, DerivedPartition) and partition.view == "":
         return  # a view with no records at all
-    chunks = partition_records(opts, partition)
-    while True:
-        # A chunk's records are thousands of fresh dicts that cannot form a
-        # cycle: with the cyclic GC on, a collection after every decode
-        # walks them all (py-spy: a tenth of a Spark task).  Paused while
-        # they live, and freed before it resumes, they are never scanned.
-        gc.disable()
-        try:
-            records = next(chunks, None)
-            if records is None:
-                return
-            batch = to_batch(records, expected, inferred) if records else None
-            del records
-        finally:
-            gc.enable()
-        if batch is not None:
-            yield batch
+    with step("read", chunks=len(getattr(partition, "chunks", ()))) as facts:
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        from fmtfs.spark.schema import to_batch
+
+        expected = to_arrow_schema(schema, timezone="UTC")
+        chunks = partition_records(opts, partition)
+        decoding = converting = 0.0
+        rows = 0
+        while True:
+            # A chunk's records are thousands of fresh dicts that cannot form a
+            # cycle: with the cyclic GC on, a collection after every decode
+            # walks them all (py-spy: a tenth of a Spark task).  Paused while
+            # they live, and freed before it resumes, they are never scanned.
+            gc.disable()
+            try:
+                began = time.perf_counter()
+                records = next(chunks, None)
+                if records is None:
+                    break
+                decoded = time.perf_counter()
+                batch = to_batch(records, expected, inferred) if records else None
+                rows += len(records)
+                del records
+                converting += time.perf_counter() - decoded
+                decoding += decoded - began
+            finally:
+                gc.enable()
+            if batch is not None:
+                yield batch
+        facts.update(rows=rows, decode=f"{decoding:.3f}", arrow=f"{converting:.3f}")
 
 
 class _PushFilters:
@@ -87,9 +103,12 @@ class FmtfsReader(DataSourceReader):
     pushFilters = _OptionalPushdown()
 
     def partitions(self) -> list[InputPartition]:
-        tree = open_tree(self.opts)
-        views = view_files(tree, self.opts["view"])
-        return plan_partitions(tree, views, self.opts, self.tests) or [DerivedPartition("")]
+        with step("partitions") as facts:
+            tree = open_tree(self.opts)
+            views = view_files(tree, self.opts["view"])
+            planned = plan_partitions(tree, views, self.opts, self.tests) or [DerivedPartition("")]
+            facts["count"] = len(planned)
+            return planned
 
     def read(self, partition: InputPartition):
         return read_batches(self.opts, self.schema, self.inferred, partition)

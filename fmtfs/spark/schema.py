@@ -13,16 +13,22 @@ nanosecond times; see fmtfs.parquet and fmtfs.formats.schema).
 Inference decodes a sample of the view's chunks, spread evenly from its
 first to its last (option `inferChunks`, default 8; `all` decodes every
 chunk, as spark.read.json reads every line), so it costs a few chunks, not
-a second pass over the data.  A key found in no sampled chunk is not a
+a second pass over the data.  The schema step of a query runs before any
+task, on the driver alone: a sample of some megabytes is decoded by
+forked processes on every core (sample_arrays).  A key found in no sampled chunk is not a
 column (as with spark.read.json's samplingRatio); give `.schema(...)` or
 `inferChunks=all` when that matters.  The result is cached under
 `cacheDir` per state of the source."""
 
 from __future__ import annotations
 
+import gc
+import multiprocessing
 import os
 import pickle
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 
 import pyarrow as pa
 from pyspark.sql.types import (
@@ -37,8 +43,8 @@ from pyspark.sql.types import (
 )
 
 from fmtfs import parquet
-from fmtfs.spark.plan import is_chunked
-from fmtfs.spark.source import Options, cache_dir
+from fmtfs.spark.plan import ChunkPartition, is_chunked, partition_records
+from fmtfs.spark.source import Options, cache_dir, forget_formats
 from fmtfs.twins import VERSION
 
 DEFAULT_INFER_CHUNKS = 8
@@ -110,17 +116,61 @@ def _spread(items: list, n: int) -> list:
     return [items[round(i * (len(items) - 1) / (n - 1))] for i in range(n)]
 
 
-def sample_batches(tree, views: list[str], chunks: int):
-    """Record batches of up to `chunks` chunks spread over `views` (0: all)."""
-    sampled = []  # (file, chunk)
+def sampled(tree, views: list[str], chunks: int) -> tuple[list, list]:
+    """What inference reads: up to `chunks` (file, view chunk) pairs spread
+    over `views` (0: all), and the derived views' files (computed whole
+    anyway)."""
+    sample: list = []
+    derived: list = []
     for view in views:
         file = tree.files[view]
         if is_chunked(file):
-            sampled += [(file, chunk) for chunk in file.chunks()]
+            sample += [(file, chunk) for chunk in file.chunks()]
         else:
-            yield from file.records()  # a derived view is computed whole anyway
-    for file, chunk in _spread(sampled, chunks):
-        yield file.chunk_records(chunk)
+            derived.append(file)
+    return _spread(sample, chunks), derived
+
+
+# Below this many rendered bytes in the sample, forking decoders costs
+# more than it saves (tens of ms); above it, the schema step runs alone
+# on the driver with every other core idle.
+PARALLEL_SAMPLE_BYTES = 4 << 20
+
+
+def sample_arrays(opts: Options, sample: list, workers: int) -> Iterator[pa.StructArray]:
+    """The records of the sampled (file, chunk) pairs as struct arrays, in
+    order, decoded here or by `workers` forked processes (they have
+    everything imported already, and open the source anew from `opts` as
+    executors do: no file position or SQLite handle is shared)."""
+    if workers <= 1:
+        arrays = (_array(file.chunk_records(chunk)) for file, chunk in sample)
+    else:
+        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_fresh_formats)
+        with pool:
+            arrays = pool.imap(partial(_chunk_array, opts), [chunk for _, chunk in sample])
+            yield from filter(None, arrays)
+        return
+    yield from filter(None, arrays)
+
+
+def _fresh_formats() -> None:
+    forget_formats()
+    gc.disable()  # a worker's records live one chunk each and form no cycles
+
+
+def _array(records: list) -> pa.StructArray | None:
+    return parquet.records_to_array(records) if records else None
+
+
+def _chunk_array(opts: Options, chunk) -> pa.StructArray | None:
+    return _array(next(partition_records(opts, ChunkPartition([chunk])), []))
+
+
+def sample_workers(sample: list) -> int:
+    """Processes worth decoding `sample` with (1: in this one)."""
+    if sum(chunk.size for _, chunk in sample) < PARALLEL_SAMPLE_BYTES:
+        return 1
+    return min(len(sample), os.cpu_count() or 1)
 
 
 def infer(tree, views: list[str], opts: Options) -> Inferred:
@@ -137,9 +187,13 @@ def infer(tree, views: list[str], opts: Options) -> Inferred:
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
         pass
     shape = parquet.Shape(tree.format.view_schema(views[0]))  # the views of a folder share one
-    for batch in sample_batches(tree, views, chunks):
-        if batch:
-            shape.add(parquet.records_to_array(batch))  # folded as it comes: O(schema) memory
+    sample, derived = sampled(tree, views, chunks)
+    for file in derived:
+        for batch in file.records():
+            if batch:
+                shape.add(parquet.records_to_array(batch))
+    for arr in sample_arrays(opts, sample, sample_workers(sample)):
+        shape.add(arr)  # folded as it comes: O(schema) memory
     plan = shape.plan() if shape.rows else None
     result = Inferred(shape.type, plan)
     cache.parent.mkdir(parents=True, exist_ok=True)

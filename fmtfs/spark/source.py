@@ -92,6 +92,13 @@ def format_for(opts: Options):
         return fmt
 
 
+def forget_formats() -> None:
+    """Drop the Format objects of this process (a forked child opens its
+    own: file positions are shared with the parent across a fork)."""
+    with _formats_lock:
+        _formats.clear()
+
+
 def current_streams(opts: Options) -> dict[str, Any]:
     """The source's streams by name, as an executor sees them now."""
     return {s.name: s for s in format_for(opts).streams()}

@@ -105,11 +105,18 @@ class _ChunkedStream(Stream):
             pos = after
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
+        return self._views(self._records(chunk))
+
+    def decode_view(self, chunk: Chunk, view: str) -> list[Record]:
+        # the stream's own view alone: no hour buckets
+        return self._records(chunk) if view == self.view else super().decode_view(chunk, view)
+
+    def _records(self, chunk: Chunk) -> list[Record]:
         with open(self.path, "rb") as f:
             buf = os.pread(f.fileno(), chunk.end - chunk.start, chunk.start)
         out: list[Record] = []
         self._run(buf, 0, len(buf), len(buf) + 1, len(buf) + 1, out, [])
-        return self._views(out)
+        return out
 
     def _views(self, records: list[Record]) -> dict[str, list[Record]]:
         """The views a run of records feeds, the stream's own view first."""

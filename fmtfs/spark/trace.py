@@ -1,0 +1,45 @@
+"""Timestamps of the data source's steps, for profiling a query end to end.
+
+    FMTFS_SPARK_TRACE=/tmp/trace.log  (in the environment Spark starts its
+    Python workers with: the driver's, in local mode)
+
+appends one line per step, `<unix time> <pid> <step> <facts>`, from every
+Python worker the query uses: the schema (create_data_source), the
+planning (plan_data_source_read) and each task reading a partition, so the
+gaps between them (Spark's own time) show as well as the steps.  Off (one
+environment look-up per step) unless the variable is set."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+_TRACE = os.environ.get("FMTFS_SPARK_TRACE")
+
+
+def event(step: str, **facts: object) -> None:
+    if not _TRACE:
+        return
+    text = " ".join(f"{k}={v}" for k, v in facts.items())
+    with open(_TRACE, "a") as out:  # one write per line: lines of processes do not mix
+        out.write(f"{time.time():.3f} {os.getpid()} {step} {text}\n")
+
+
+@contextmanager
+def step(name: str, **facts: object) -> Iterator[dict[str, object]]:
+    """Trace `name` begun and ended, with its seconds and the facts the
+    block adds to the dict it is given."""
+    if not _TRACE:
+        yield facts
+        return
+    event(f"{name}.begin")
+    start = time.perf_counter()
+    try:
+        yield facts
+    finally:
+        event(f"{name}.end", seconds=f"{time.perf_counter() - start:.3f}", **facts)
+
+
+event("imported")  # when a worker first imports the data source (module import order is cheap to see)
