@@ -109,7 +109,7 @@ class ViewChunk:
     def records(self, stream: Stream) -> list[Record]:
         """Decode the chunk from `stream` (the stream named `self.stream`,
         opened anywhere the native file is) into the view's records."""
-        return self.cut(stream.decode_view(Chunk(self.start, self.end, self.state, {}), self.view))
+        return self.cut(stream.records_of(Chunk(self.start, self.end, self.state, {}), self.view))
 
 
 class IndexedFile(ViewFile):

@@ -274,7 +274,7 @@ def test_data_source_equals_json_view(spark, sources, name) -> None:
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_a_chunk_decoded_for_one_view_equals_its_share_of_the_whole_decode(sources, name) -> None:
-    """Executors decode a chunk for the view they read (Stream.decode_view,
+    """Executors decode a chunk for the view they read (Stream.records_of,
     which skips the hour buckets of a stream's own view): the same records
     as the view's share of decode(), for every chunk of every record view."""
     from fmtfs.formats.base import Chunk
@@ -291,7 +291,7 @@ def test_a_chunk_decoded_for_one_view_equals_its_share_of_the_whole_decode(sourc
         for chunk in file.chunks():
             stream = streams[chunk.stream]
             native = Chunk(chunk.start, chunk.end, chunk.state, {})
-            records = stream.decode_view(native, chunk.view)
+            records = stream.records_of(native, chunk.view)
             assert records == stream.decode(native).get(chunk.view, []) and records, path
             own_view.add(chunk.view == getattr(stream, "view", None))
     assert own_view == {True, False} if name in ("beats", "kestrel") else own_view, own_view

@@ -153,12 +153,6 @@ class Stream(ABC):
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         """Decode one chunk previously produced by scan() (records empty)."""
 
-    def decode_view(self, chunk: Chunk, view: str) -> list[Record]:
-        """decode()'s records of one view (a Spark task reads one view).  A
-        stream whose decode() also groups its records into other views (hour
-        buckets) overrides this to skip that work for its own view."""
-        return self.decode(chunk).get(view, [])
-
     def decode_iter(self, chunk: Chunk) -> Iterator[Routed] | None:
         """decode() record by record for a renderer: each record as soon as it
         is decoded, with the views it is in (a view's records in its order),
@@ -174,6 +168,12 @@ class Stream(ABC):
         records of views nobody asked for.  None (the default): no cheaper
         way than decode_iter() / decode() for this view."""
         return None
+
+    def records_of(self, chunk: Chunk, view: str) -> list[Record]:
+        """decode()'s records of one view, through view_records() where the
+        stream has a cheaper way (a Spark task reads one view)."""
+        records = self.view_records(chunk, view)
+        return self.decode(chunk).get(view, []) if records is None else list(records)
 
     def view_paths(self) -> list[str]:
         """View paths this stream always has, even while empty (so an empty

@@ -157,16 +157,9 @@ class SegmentStream(Stream):
         return views
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
-        return self._views(self._records(chunk))
-
-    def decode_view(self, chunk: Chunk, view: str) -> list[Record]:
-        # the segment view alone: no hour buckets (a tenth of a decode)
-        return self._records(chunk) if view == self.view else super().decode_view(chunk, view)
-
-    def _records(self, chunk: Chunk) -> list[Record]:
         seg = self.open()
         try:
-            return seg.decode_chunk(chunk.state, chunk.end)
+            return self._views(seg.decode_chunk(chunk.state, chunk.end))
         finally:
             seg.drop_pages()
 

@@ -107,9 +107,9 @@ class _ChunkedStream(Stream):
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         return self._views(self._records(chunk))
 
-    def decode_view(self, chunk: Chunk, view: str) -> list[Record]:
+    def view_records(self, chunk: Chunk, view: str) -> list[Record] | None:
         # the stream's own view alone: no hour buckets
-        return self._records(chunk) if view == self.view else super().decode_view(chunk, view)
+        return self._records(chunk) if view == self.view else None
 
     def _records(self, chunk: Chunk) -> list[Record]:
         with open(self.path, "rb") as f:
