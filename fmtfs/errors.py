@@ -18,5 +18,10 @@ class FormatError(UserError):
     that are not of the format asked for, an unknown format)."""
 
 
+class BadRecord(ValueError):
+    """A line written into a view that the format cannot encode (-> EINVAL
+    for that write; not a UserError: the mount goes on serving)."""
+
+
 class MountRefused(UserError):
     """FUSE would not mount (a bad -o option, no /dev/fuse)."""

@@ -10,7 +10,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from fmtfs.formats.base import BadRecord
+from fmtfs.errors import BadRecord
 
 _NS = 1_000_000_000
 _UNIT_DIGITS = {"ns": 9, "us": 6, "ms": 3, "s": 0}

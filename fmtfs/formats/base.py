@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from fmtfs.errors import FormatError
+# BadRecord lives with the other error kinds (fmtfs.shape raises it too and
+# sits below the formats); formats keep importing it from here
+from fmtfs.errors import BadRecord, FormatError  # noqa: F401
 from fmtfs.formats import options as declared
 from fmtfs.formats.schema import ViewSchema
 
@@ -46,10 +48,6 @@ Routed = tuple[Record, tuple[str, ...]]
 # Opaque, JSON-serialisable decoder state (e.g. the next sequence number, a
 # CTR block counter, proio metadata carried across buckets).
 State = dict[str, Any]
-
-
-class BadRecord(ValueError):
-    """A line written into a view that the format cannot encode (-> EINVAL)."""
 
 
 class ReadOnlyView(Exception):
