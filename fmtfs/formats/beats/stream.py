@@ -11,7 +11,7 @@ import orjson
 from fmtfs.formats.base import Chunk, Problem, Record, Routed, Stream
 from fmtfs.formats.beats.layout import HeaderError
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
-from fmtfs.formats.timerange import BUCKET_PREFIX, TEXT_WIDTH, BucketRoute, bucket_views, text_range
+from fmtfs.formats.timerange import BucketRoute, bucket_views, text_range
 
 BUCKETS = "buckets"
 TIME_KEY = "timestamp"
@@ -104,14 +104,12 @@ class SegmentStream(Stream):
     ) -> tuple[int, dict[str, int], tuple[int, int] | None] | None:
         """(count, view -> rendered length, time range) of a run's records,
         as scan()'s chunk of them gives (its segment view, its buckets by
-        bucket_views' rule, text_range's range); None when one does not
+        the route decode_iter uses, text_range's range); None when one does not
         render as it is (check_json sanitizes the whole run then)."""
         dumps = orjson.dumps
-        width = TEXT_WIDTH["ns"]
-        cut = BUCKET_PREFIX[self.time_bucket]
+        route = self._route  # the views a record is in: decode_iter's rule
         lengths = {self.view: 0}
-        names: dict[str, str] = {}  # bucket prefix -> its view
-        total = count = 0
+        count = 0
         low = high = None
         texts = True  # every time present is text
         for record in records:
@@ -119,26 +117,19 @@ class SegmentStream(Stream):
                 size = len(dumps(record)) + 1
             except TypeError:
                 return None
-            total += size
             count += 1
+            for view in route(record):
+                lengths[view] = lengths.get(view, 0) + size
             text = record.get(TIME_KEY)
             if text is None:
                 continue
             if type(text) is not str:
                 texts = False
                 continue
-            if len(text) == width:
-                prefix = text[:cut]
-                name = names.get(prefix)
-                if name is None:
-                    name = names[prefix] = f"{BUCKETS}/{prefix}.jsonl"
-                    lengths[name] = 0
-                lengths[name] += size
             if low is None or text < low:
                 low = text
             if high is None or text > high:
                 high = text
-        lengths[self.view] = total
         times = text_range((low, high), "ns") if texts and low is not None else None
         return count, lengths, times
 
