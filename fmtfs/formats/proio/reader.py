@@ -190,6 +190,10 @@ def _entries(
             entries[str(entry_id)] = {"type": None, "payload_base64": b64(any_.payload).decode("ascii")}
             continue
         name, resolved, lines = kind
+        # its type view's line, unless only the events view is wanted
+        line = (
+            None if tagged is None else {"event": index, "entry": entry_id, "tags": tagged.get(entry_id, [])}
+        )
         if resolved is not None:
             try:
                 value = resolved.to_json(resolved.cls.FromString(any_.payload))
@@ -197,22 +201,15 @@ def _entries(
                 resolved = None
         if resolved is not None:
             entries[str(entry_id)] = {"type": name, "value": value}
-            if tagged is not None:
-                lines.append(
-                    {"event": index, "entry": entry_id, "tags": tagged.get(entry_id, []), "value": value}
-                )
+            if line is not None:
+                line["value"] = value
         else:
             raw = b64(any_.payload).decode("ascii")
             entries[str(entry_id)] = {"type": name, "payload_base64": raw}
-            if tagged is not None:
-                lines.append(
-                    {
-                        "event": index,
-                        "entry": entry_id,
-                        "tags": tagged.get(entry_id, []),
-                        "payload_base64": raw,
-                    }
-                )
+            if line is not None:
+                line["payload_base64"] = raw
+        if line is not None:
+            lines.append(line)
     return entries
 
 
