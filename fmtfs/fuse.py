@@ -317,10 +317,9 @@ class FmtfsOperations(pyfuse3.Operations):
         invalidated (_invalidate_later).  A derived or meta view changes
         with any change to the source, so its pages are kept only while its
         identity is the one the kernel's pages were read under (the last
-        open); a changed one is dropped by this open.  Its attributes never
-        stay cached (attr_timeout 0), and auto_inval_data drops the pages
-        whenever they show a new size or mtime: a second `cat` of an
-        unchanged gvfs metadata.jsonl reached fmtfs for every byte."""
+        open); a changed one is dropped by this open.  (Opened without
+        keep_cache and with attr_timeout 0, as they were, a second `cat` of
+        an unchanged gvfs metadata.jsonl reached fmtfs for every byte.)"""
         if isinstance(view, IndexedFile):
             return True
         if isinstance(view, ParquetFile):
