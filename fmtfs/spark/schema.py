@@ -143,14 +143,10 @@ def sample_arrays(opts: Options, sample: list, workers: int) -> Iterator[pa.Stru
     everything imported already, and open the source anew from `opts` as
     executors do: no file position or SQLite handle is shared)."""
     if workers <= 1:
-        arrays = (_array(file.chunk_records(chunk)) for file, chunk in sample)
-    else:
-        pool = multiprocessing.get_context("fork").Pool(workers, initializer=_fresh_formats)
-        with pool:
-            arrays = pool.imap(partial(_chunk_array, opts), [chunk for _, chunk in sample])
-            yield from filter(None, arrays)
+        yield from filter(None, (_array(file.chunk_records(chunk)) for file, chunk in sample))
         return
-    yield from filter(None, arrays)
+    with multiprocessing.get_context("fork").Pool(workers, initializer=_fresh_formats) as pool:
+        yield from filter(None, pool.imap(partial(_chunk_array, opts), [chunk for _, chunk in sample]))
 
 
 def _fresh_formats() -> None:
