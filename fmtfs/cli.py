@@ -26,6 +26,7 @@ from fmtfs.formats import registry
 from fmtfs.formats.base import Format
 from fmtfs.formats.options import Option
 from fmtfs.index import Progress
+from fmtfs.keptpieces import parse_size
 from fmtfs.mountoptions import expand_options
 from fmtfs.progress import IndexProgress, TwinProgress, native_size, on_terminal
 from fmtfs.views import META_ERRORS, META_INFO, SourceTree
@@ -52,7 +53,7 @@ def environment() -> str:
 
 
 def mount_options() -> str:
-    settings = ["format=F", "cache_dir=DIR"]
+    settings = ["format=F", "cache_dir=DIR", "rendered_cache=SIZE"]
     settings += [f"{o.name}={o.metavar or '|'.join(o.choices) or 'VALUE'}" for o in registry.all_options()]
     settings += ["log_file=FILE", "debug", "verbose"]
     listed = textwrap.fill(", ".join(settings), 76, initial_indent="  ", subsequent_indent="    ")
@@ -114,6 +115,15 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         help="where the index and the Parquet twins are kept (default ~/.cache/fmtfs)",
     )
+    group.add_argument(
+        "--rendered-cache",
+        type=_size,
+        default=None,
+        metavar="SIZE",
+        help="disk for the rendered views kept in the cache folder, lz4-compressed, so that no later "
+        "mount decodes them again: auto (default: up to 8G or a quarter of the free space), off, "
+        "or a size such as 512M",
+    )
     for option in registry.all_options():  # every format's own options
         group.add_argument(
             option.flag,
@@ -124,6 +134,13 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
             metavar=option.metavar,
             help=option.help_text(),
         )
+
+
+def _size(text: str) -> int | None:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _argument_type(option: Option) -> Callable[[str], Any]:
@@ -280,18 +297,27 @@ def open_format(args: argparse.Namespace) -> Format:
 def open_tree(
     args: argparse.Namespace, readonly: bool = False, progress: Progress | None = None
 ) -> SourceTree:
-    return SourceTree(open_format(args), cache_dir(args), readonly=readonly, progress=progress)
+    return SourceTree(
+        open_format(args),
+        cache_dir(args),
+        readonly=readonly,
+        progress=progress,
+        keep_limit=args.rendered_cache,
+    )
 
 
 def open_tree_showing_progress(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
     """open_tree with a progress bar while it indexes, when stderr is a terminal."""
     fmt = open_format(args)
     workers = os.cpu_count() or 1  # streams are scanned on every core
+    keep_limit = args.rendered_cache
     if not on_terminal():
-        return SourceTree(fmt, cache_dir(args), readonly=readonly, workers=workers)
+        return SourceTree(fmt, cache_dir(args), readonly=readonly, workers=workers, keep_limit=keep_limit)
     bar = IndexProgress(native_size(s.path for s in fmt.streams()))
     try:
-        return SourceTree(fmt, cache_dir(args), readonly=readonly, progress=bar, workers=workers)
+        return SourceTree(
+            fmt, cache_dir(args), readonly=readonly, progress=bar, workers=workers, keep_limit=keep_limit
+        )
     finally:
         bar.close()
 

@@ -7,7 +7,9 @@ Spark's executors do, and is sent only (stream name, chunk start, end,
 state, view); it returns the rendered bytes of that view.  A scan
 (fmtfs.scanning) is sent (stream name, range) and returns the range's
 chunk table; its progress travels back chunk by chunk on a queue the
-workers inherit.  The pool is used by `fmtfs mount` and `fmtfs index`
+workers inherit.  The rendered pieces a scan keeps (fmtfs.keptpieces) the
+worker appends to the store file itself: only where they went travels
+back, a few numbers per piece.  The pool is used by `fmtfs mount` and `fmtfs index`
 only (`fmtfs cat`, Spark and tests decode in process), with the "spawn"
 start method because the mount process already runs threads: spawned
 children re-import the main module, which a library user's unguarded
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import Chunk, Format, State, Stream
+from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, ScanRange, scan_range
 
@@ -40,6 +43,7 @@ ScanHere = Callable[[Any, Callable[[], None]], "Scanned | BaseException"]
 _format: Format | None = None
 _streams: dict[str, Stream] = {}
 _progress: Any = None
+_stores: dict[Path, KeptPieces] = {}  # stores of kept pieces, by path
 
 
 def _open(source: Path, format_name: str, options: dict[str, Any], progress: Any, parent: int) -> None:
@@ -106,8 +110,13 @@ def _render_chunk(name: str, start: int, end: int, state: State, view: str | Non
     return render_chunk(_stream(name), Chunk(start, end, state, {}), view)
 
 
-def _scan(name: str, part: ScanRange) -> Scanned:
-    return scan_range(_stream(name), part, lambda size, count: _progress.put((size, count)))
+def _scan(name: str, part: ScanRange, keep: tuple[Path, int] | None, keep_last: bool) -> Scanned:
+    store = None
+    if keep is not None:  # the indexing process's store of kept pieces, opened here once
+        store = _stores.get(keep[0])
+        if store is None:
+            store = _stores[keep[0]] = KeptPieces(*keep)
+    return scan_range(_stream(name), part, lambda size, count: _progress.put((size, count)), store, keep_last)
 
 
 def _ready() -> None:
@@ -178,11 +187,13 @@ class DecodePool:
 
     def scan_all(
         self,
-        jobs: dict[Any, tuple[str, ScanRange]],
+        jobs: dict[Any, tuple[str, ScanRange, tuple[Path, int] | None, bool]],
         progress: Progress | None,
         here: ScanHere | None = None,
     ) -> dict[Any, Scanned | BaseException]:
-        """Scan ranges of streams at once: key -> (stream name, range) in,
+        """Scan ranges of streams at once: key -> (stream name, range, the
+        store of kept pieces to keep them in (its spec), whether the
+        stream's last chunk is kept too) in,
         key -> what the scan found (or why it failed) out.  `progress` is
         told of every chunk, in this thread, as the workers report them.
         Workers take jobs from the front, one each at a time, once they are

@@ -42,6 +42,7 @@ import orjson
 
 from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
+from fmtfs.keptpieces import Kept, KeptPieces, default_limit
 from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, ScanRange, joined, scan_range, scan_ranges, scan_stream
 from fmtfs.spill import SpilledPieces
@@ -75,6 +76,11 @@ CREATE TABLE IF NOT EXISTS pieces (
     view TEXT NOT NULL,
     seq INTEGER NOT NULL,
     length INTEGER NOT NULL,
+    -- where the piece's rendered bytes are kept (fmtfs.keptpieces), if they are
+    kept_at INTEGER,
+    kept_length INTEGER,
+    kept_check INTEGER,
+    kept_file INTEGER,
     PRIMARY KEY (stream, view, seq)
 );
 CREATE TABLE IF NOT EXISTS problems (
@@ -93,7 +99,7 @@ CREATE TABLE IF NOT EXISTS derived (
 """
 
 # Bump when the tables change shape: an older cache is dropped and rebuilt.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Scans of this many bytes in all start the decode workers at once when
 # update_all() is given a pool; smaller ones start them only once this
@@ -114,6 +120,15 @@ MAX_RANGE_BYTES = 4 << 20
 
 # Derived views larger than this are recomputed on a new mount, not stored.
 DERIVED_STORE_LIMIT = 16 << 20
+
+# A file unchanged for this long has settled: its last chunk is kept too
+# (fmtfs.scanning: a file still being written is scanned again from its
+# last chunk at every refresh, and would fill the store with copies of it).
+SETTLED_NS = 60 * 10**9
+
+# On open, a store of kept pieces more than half dead (pieces of streams
+# since forgotten) and bigger than this is rewritten with its live ones.
+COMPACT_DEAD_BYTES = 16 << 20
 
 
 @dataclass
@@ -166,6 +181,7 @@ class StreamEntry:
     chunks: list[ChunkMeta] = field(default_factory=list)
     views: dict[str, ViewPieces] = field(default_factory=dict)
     problems: list[Problem] = field(default_factory=list)
+    kept: dict[tuple[str, int], Kept] = field(default_factory=dict)  # (view, seq) -> its kept piece
 
     @property
     def record_count(self) -> int:
@@ -261,7 +277,9 @@ class DecodedChunks:
 class Index:
     """Chunk tables of one source's streams, persisted in SQLite."""
 
-    def __init__(self, cache_dir: Path, source_key: str, version: str) -> None:
+    def __init__(self, cache_dir: Path, source_key: str, version: str, keep_limit: int | None = None) -> None:
+        """`keep_limit`: bytes of disk for kept rendered pieces
+        (fmtfs.keptpieces; None: the default budget, 0: none kept)."""
         cache_dir.mkdir(parents=True, exist_ok=True)
         self.source_key = source_key
         self.version = version
@@ -278,6 +296,47 @@ class Index:
         self._flights_lock = threading.Lock()
         self.pool: DecodePool | None = None  # set by the mount: decode in worker processes
         self._pending: dict[tuple, Future] = {}  # chunks the pool is decoding (under _flights_lock)
+        self.kept: KeptPieces | None = None
+        if keep_limit != 0:
+            path = cache_dir / "rendered" / f"{digest(source_key)}.lz4"
+            self.kept = KeptPieces(path, default_limit(cache_dir) if keep_limit is None else keep_limit)
+            self._compact()
+
+    def _compact(self) -> None:
+        """Rewrite the store of kept pieces with its live ones when most of
+        it is dead (pieces of streams forgotten since: rotated segments,
+        replaced files).  Rows are moved only once the new file is in
+        place; a crash in between leaves them pointing at the old file,
+        which no longer matches: those pieces are decoded again."""
+        assert self.kept is not None
+        rows = self.db.execute(
+            "SELECT p.rowid, kept_at, kept_length, length, kept_check FROM pieces p"
+            " JOIN streams s ON p.stream = s.id WHERE s.source=? AND kept_file=?",
+            (self.source_key, self.kept.file),
+        ).fetchall()
+        old = {
+            rowid: Kept(at, length, size, check, self.kept.file) for rowid, at, length, size, check in rows
+        }
+        dead = self.kept.size() - sum(k.length for k in old.values())
+        if dead < COMPACT_DEAD_BYTES or dead < self.kept.size() // 2:
+            return
+        moved = self.kept.compacted(old.values())
+        if moved is None:
+            return
+        log.info("rewrote the kept pieces of %s without %d dead bytes", self.source_key, dead)
+        with self.db:
+            self.db.executemany(
+                "UPDATE pieces SET kept_at=?, kept_file=? WHERE rowid=?",
+                [(moved[kept].at, moved[kept].file, rowid) for rowid, kept in old.items()],
+            )
+
+    def close(self) -> None:
+        if self.kept is not None:
+            self.kept.close()
+
+    def _settled(self, identity: FileIdentity) -> bool:
+        """Whether a file has not changed for a while: its scan keeps its last chunk too."""
+        return time.time_ns() - identity.mtime_ns > SETTLED_NS
 
     def _migrate(self) -> None:
         """Tables of an older shape are dropped: the index is a cache."""
@@ -298,7 +357,7 @@ class Index:
             if isinstance(job, tuple):
                 return job
             try:
-                return self._finish(job, scan_stream(stream, job.start, job.state, progress)), True
+                return self._finish(job, self._scan_here(job, progress)), True
             except BaseException:
                 self._abandon(stream.name)
                 raise
@@ -357,15 +416,20 @@ class Index:
                             log.warning(
                                 "a worker could not scan %s (%s); scanning here", job.entry.stream.path, found
                             )
-                        found = scan_stream(job.entry.stream, job.start, job.state, progress)
+                        found = self._scan_here(job, progress)
                     results[i] = (self._finish(job, found), True)
                 except Exception as exc:  # noqa: BLE001 - reported in the stream's place
                     self._abandon(job.entry.stream.name)
                     results[i] = exc
             return results  # type: ignore[return-value]
 
-    @staticmethod
+    def _scan_here(self, job: _ScanJob, progress: Progress | None) -> Scanned:
+        return scan_stream(
+            job.entry.stream, job.start, job.state, progress, self.kept, self._settled(job.identity)
+        )
+
     def _scan_in_pool(
+        self,
         pool: DecodePool,
         jobs: dict[int, _ScanJob],
         parts: dict[tuple[int, int], ScanRange],
@@ -395,8 +459,9 @@ class Index:
                     pool.start()
                 tick()
 
+            job = jobs[key[0]]
             try:
-                return scan_range(jobs[key[0]].entry.stream, parts[key], told)
+                return scan_range(job.entry.stream, parts[key], told, self.kept, self._settled(job.identity))
             except Exception as exc:  # noqa: BLE001 - reported in the stream's place
                 failed.add(key)
                 return exc
@@ -407,8 +472,14 @@ class Index:
             len(jobs),
             pool.workers,
         )
+        keep = self.kept.spec if self.kept is not None else None
         found = pool.scan_all(
-            {key: (jobs[key[0]].entry.stream.name, part) for key, part in parts.items()}, progress, here
+            {
+                key: (jobs[key[0]].entry.stream.name, part, keep, self._settled(jobs[key[0]].identity))
+                for key, part in parts.items()
+            },
+            progress,
+            here,
         )
         ranges: dict[int, list[Scanned | BaseException]] = {i: [] for i in jobs}
         for key in sorted(parts):  # each job's ranges in order
@@ -465,12 +536,19 @@ class Index:
             self.db.commit()
 
     def forget_missing(self, names: set[str]) -> list[str]:
-        """Drop streams whose files disappeared; returns their names."""
+        """Drop streams whose files disappeared; returns their names.  Rows
+        of streams this process never loaded go too (a segment deleted
+        while nothing was mounted): their kept pieces are dead."""
         with self.lock:
             gone = [n for n in self.entries if n not in names]
             for name in gone:
                 self._delete_rows(self.entries.pop(name).row_id)
                 self.rendered.drop_stream(name)
+            for row_id, name in self.db.execute(
+                "SELECT id, name FROM streams WHERE source=?", (self.source_key,)
+            ).fetchall():
+                if name not in names:
+                    self._delete_rows(row_id)
             self.db.commit()
             return gone
 
@@ -488,10 +566,15 @@ class Index:
         ):
             times = (tmin, tmax) if tmin is not None else None
             entry.chunks.append(ChunkMeta(start, end, orjson.loads(state), count, times))
-        for view, seq, length in self.db.execute(
-            "SELECT view, seq, length FROM pieces WHERE stream=? ORDER BY view, seq", (row_id,)
+        store = self.kept.file if self.kept is not None else None
+        for view, seq, length, at, kept_length, check, file in self.db.execute(
+            "SELECT view, seq, length, kept_at, kept_length, kept_check, kept_file FROM pieces"
+            " WHERE stream=? ORDER BY view, seq",
+            (row_id,),
         ):
             entry.views.setdefault(view, ViewPieces()).add(seq, length)
+            if file is not None and file == store:
+                entry.kept[view, seq] = Kept(at, kept_length, length, check, file)
         entry.problems = [
             Problem(file, offset, error)
             for offset, file, error in self.db.execute(
@@ -521,12 +604,19 @@ class Index:
         completed is re-read.  `old` is left as it was: readers may hold it."""
         start: int | None = None
         state: State | None = None
-        entry = replace(old, chunks=list(old.chunks), views=dict(old.views), problems=list(old.problems))
+        entry = replace(
+            old,
+            chunks=list(old.chunks),
+            views=dict(old.views),
+            problems=list(old.problems),
+            kept=dict(old.kept),
+        )
         if entry.chunks:
             last = entry.chunks.pop()
             start, state = last.start, last.state
             seq = len(entry.chunks)
             entry.views = {view: pieces.before(seq) for view, pieces in entry.views.items()}
+            entry.kept = {at: kept for at, kept in old.kept.items() if at[1] < seq}
             self.db.execute("DELETE FROM chunks WHERE stream=? AND seq>=?", (entry.row_id, seq))
             self.db.execute("DELETE FROM pieces WHERE stream=? AND seq>=?", (entry.row_id, seq))
         # problems are re-reported by the scan; those before `start` stay
@@ -551,13 +641,21 @@ class Index:
             )
             for view, length in item.lengths.items():
                 entry.views.setdefault(view, ViewPieces()).add(seq, length)
-                if length:
-                    piece_rows.append((entry.row_id, view, seq, length))
+                if not length:
+                    continue
+                kept = item.kept.get(view)
+                if kept is None:
+                    piece_rows.append((entry.row_id, view, seq, length, None, None, None, None))
+                else:
+                    entry.kept[view, seq] = kept
+                    piece_rows.append(
+                        (entry.row_id, view, seq, length, kept.at, kept.length, kept.check, kept.file)
+                    )
         self._add_fixed_views(entry)
         entry.identity = identity
         with self.db:
             self.db.executemany("INSERT INTO chunks VALUES (?,?,?,?,?,?,?,?)", chunk_rows)
-            self.db.executemany("INSERT INTO pieces VALUES (?,?,?,?)", piece_rows)
+            self.db.executemany("INSERT INTO pieces VALUES (?,?,?,?,?,?,?,?)", piece_rows)
             self.db.executemany("INSERT INTO problems VALUES (?,?,?,?)", problem_rows)
             self.db.execute(
                 "UPDATE streams SET inode=?, size=?, mtime_ns=? WHERE id=?",
@@ -642,6 +740,8 @@ class Index:
         meta = entry.chunks[seq]
         chunk_key = self._chunk_key(entry, seq)
         data = self.rendered.get((*chunk_key, view))
+        if data is None:
+            data = self._from_kept(entry, view, seq, chunk_key)
         if data is not None:
             return data
         if self.pool is not None:
@@ -678,6 +778,17 @@ class Index:
                 del self._flights[chunk_key]
             flight.set()
 
+    def _from_kept(self, entry: StreamEntry, view: str, seq: int, chunk_key: tuple) -> bytes | None:
+        """The piece from the store of kept pieces (into the LRU: a reader
+        asks for the rest of it next), or None."""
+        kept = entry.kept.get((view, seq))
+        if kept is None or self.kept is None:
+            return None
+        data = self.kept.get(kept)
+        if data is not None:
+            self.rendered.put((*chunk_key, view), data)
+        return data
+
     def _decode_ahead(
         self, entry: StreamEntry, seq: int, view: str, wait: bool = True, forward: bool = False
     ) -> Future | None:
@@ -702,7 +813,9 @@ class Index:
                 key = (*self._chunk_key(entry, s), view)
                 future = self._pending.get(key)
                 needed = wait and s == seq
-                if future is None and (needed or key not in self.rendered):
+                # a kept piece is read back when asked for, never decoded ahead
+                ahead_needed = key not in self.rendered and (view, s) not in entry.kept
+                if future is None and (needed or ahead_needed):
                     if not needed and len(self._pending) >= 2 * ahead:
                         break  # enough decoded ahead already: memory stays bounded
                     future = self._pool_submit(key, meta.state)

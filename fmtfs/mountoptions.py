@@ -2,7 +2,7 @@
 `fmtfs mount` arguments.
 
 fmtfs's own settings ride in the list as `name=value`: the core ones
-(format=, cache_dir=, log_file=) and every option a format declares (as
+(format=, cache_dir=, rendered_cache=, log_file=) and every option a format declares (as
 declared, `key_file=`, or with dashes, `key-file=`; fmtfs.formats.options);
 flags are `debug` and `verbose`.  Options for mount(8) alone (`_netdev`,
 `noauto`, `nofail`, ...) are dropped, as mount.fuse3 does; everything else
@@ -13,7 +13,12 @@ from __future__ import annotations
 from fmtfs.formats.registry import all_options
 
 # the settings every source has, whatever its format
-CORE_SETTINGS = {"format": "--format", "cache_dir": "--cache-dir", "log_file": "--log-file"}
+CORE_SETTINGS = {
+    "format": "--format",
+    "cache_dir": "--cache-dir",
+    "rendered_cache": "--rendered-cache",
+    "log_file": "--log-file",
+}
 FLAGS = {"debug": "--debug", "verbose": "-v"}
 # read by mount(8), systemd and mount.fuse3 themselves, never by the file system
 FOR_MOUNT_ONLY = {"_netdev", "noauto", "auto", "nofail", "user", "users", "nouser", "defaults", "rw"}

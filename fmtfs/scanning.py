@@ -22,7 +22,14 @@ yields what the whole scan yields from there), the one-job scan's.
 
 A format that can measure its records one by one as it decodes them
 (`Stream.measured`: Beats) gives chunks with their counts and view lengths
-and no records; the others' records are measured here, a chunk at a time."""
+and no records; the others' records are measured here, a chunk at a time.
+
+Given a store (fmtfs.keptpieces), a scan keeps what it renders: every
+chunk's pieces, compressed, so that no later mount decodes them again.
+The last chunk of a stream is kept only if the caller says the file has
+settled: a stream still being written is scanned again from its last
+chunk whenever it grows, and keeping that chunk at every refresh would
+fill the store with copies of it."""
 
 from __future__ import annotations
 
@@ -31,7 +38,8 @@ from dataclasses import dataclass, field
 
 from fmtfs.formats.base import Chunk, Problem, State, Stream
 from fmtfs.gcpause import paused
-from fmtfs.render import rendered_lengths
+from fmtfs.keptpieces import Kept, KeptPieces
+from fmtfs.render import render_views, rendered_lengths
 
 # Told of every chunk a scan produces: (native bytes, records).
 Progress = Callable[[int, int], None]
@@ -45,6 +53,7 @@ class ScannedChunk:
     count: int  # records in the stream's primary (first) view
     times: tuple[int, int] | None
     lengths: dict[str, int]  # view -> rendered bytes of this chunk's piece
+    kept: dict[str, Kept] = field(default_factory=dict)  # view -> where its piece is kept
 
 
 @dataclass
@@ -90,21 +99,39 @@ def _continues(chunk: Chunk, part: ScanRange) -> bool:
     return all(chunk.state.get(key) == value for key, value in stop_state.items())
 
 
-def scan_stream(stream: Stream, start: int | None, state: State | None, progress: Progress | None) -> Scanned:
+def scan_stream(
+    stream: Stream,
+    start: int | None,
+    state: State | None,
+    progress: Progress | None,
+    keep: KeptPieces | None = None,
+    keep_last: bool = True,
+) -> Scanned:
     """Scan `stream` from (start, state) (None: its beginning) to its end."""
-    return scan_range(stream, ScanRange(start, state), progress)
+    return scan_range(stream, ScanRange(start, state), progress, keep, keep_last)
 
 
-def scan_range(stream: Stream, part: ScanRange, progress: Progress | None) -> Scanned:
+def scan_range(
+    stream: Stream,
+    part: ScanRange,
+    progress: Progress | None,
+    keep: KeptPieces | None = None,
+    keep_last: bool = True,
+) -> Scanned:
     """Scan one range of `stream`: to `part.stop` if the next range continues
-    there (Scanned.joins), else to the stream's end."""
+    there (Scanned.joins), else to the stream's end.  With `keep`, every
+    chunk's rendered pieces are kept there (the stream's last chunk only
+    if `keep_last`)."""
     out = Scanned()
     stop = part.stop
     since = 0  # problems met since the last chunk kept
+    held = _Held(keep)  # a chunk's pieces, kept once the chunk is known not to be the last
     # the GC paused for the whole scan: each chunk's records live until
     # rendered, and young collections would walk them over and over
     with paused():
-        items = stream.measured(part.start, part.state) or stream.scan(part.start, part.state)
+        items = stream.measured(part.start, part.state, render=keep is not None) or stream.scan(
+            part.start, part.state
+        )
         for item in items:
             if isinstance(item, Problem):
                 out.problems.append(item)
@@ -123,17 +150,41 @@ def scan_range(stream: Stream, part: ScanRange, progress: Progress | None) -> Sc
                     break
                 stop = None  # the cut was wrong: this scan goes on to the end
             since = 0
+            rendered = None
             if item.count is not None:  # measured by the format as it decoded them
-                count, lengths = item.count, item.lengths
+                count, lengths, rendered = item.count, item.lengths, item.rendered
             else:
                 count = len(next(iter(item.records.values()))) if item.records else 0
-                lengths = rendered_lengths(item.records, item.lengths)
+                if keep is not None:
+                    rendered = render_views(item.records)
+                    lengths = {view: len(data) for view, data in rendered.items()}
+                else:
+                    lengths = rendered_lengths(item.records, item.lengths)
             item.records = {}  # freed now, not when the next chunk replaces it
-            out.chunks.append(ScannedChunk(item.start, item.end, item.state, count, item.times, lengths))
+            scanned = ScannedChunk(item.start, item.end, item.state, count, item.times, lengths)
+            out.chunks.append(scanned)
+            held.hold(scanned, rendered)
             # past a wrong cut, the next ranges' scans report these bytes
             if progress is not None and (part.stop is None or item.start < part.stop):
                 progress(item.end - item.start, count)
+        if out.joins or keep_last:
+            held.hold(None, None)
     return out
+
+
+class _Held:
+    """The pieces of the chunk a scan produced last, kept in `keep` once
+    the next one comes (or the caller says the last may be kept too)."""
+
+    def __init__(self, keep: KeptPieces | None) -> None:
+        self.keep = keep
+        self.chunk: ScannedChunk | None = None
+        self.rendered: dict[str, bytes] | None = None
+
+    def hold(self, chunk: ScannedChunk | None, rendered: dict[str, bytes] | None) -> None:
+        if self.keep is not None and self.chunk is not None and self.rendered:
+            self.chunk.kept = self.keep.keep(self.rendered)
+        self.chunk, self.rendered = chunk, rendered
 
 
 def joined(parts: list[Scanned | BaseException]) -> Scanned | BaseException:

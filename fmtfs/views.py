@@ -474,7 +474,10 @@ class SourceTree:
         readonly: bool = False,
         progress: Progress | None = None,
         workers: int = 0,
+        keep_limit: int | None = None,
     ) -> None:
+        """`keep_limit`: disk for rendered pieces kept across mounts
+        (fmtfs.keptpieces; None: the default budget, 0: none)."""
         self.format = fmt
         # decode worker processes (fmtfs.decoders) that scan many streams at
         # once while indexing; `fmtfs mount` and `fmtfs index` ask for them
@@ -483,7 +486,9 @@ class SourceTree:
         self.readonly = readonly
         self.source_key = f"{fmt.name}:{fmt.source.resolve()}"
         permissions.private_folder(cache_dir)  # it holds decoded records (derived views, Parquet)
-        self.index = Index(cache_dir, self.source_key, f"{__version__}/{digest(fmt.options_identity())}")
+        self.index = Index(
+            cache_dir, self.source_key, f"{__version__}/{digest(fmt.options_identity())}", keep_limit
+        )
         permissions.private_file(cache_dir / "index.sqlite3")  # SQLite's journals copy its mode
         self.index_dir = cache_dir
         self.parquet_dir = cache_dir / "parquet"
@@ -527,6 +532,7 @@ class SourceTree:
             self.pool.close()
         if self.index.rendered.spill is not None:
             self.index.rendered.spill.close()
+        self.index.close()
 
     # -- change detection -------------------------------------------------
 

@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
-FIGURES = {"first_mount", "cold_cat", "warm_cat", "peak_rss_mb", "ls_20", "write_through"} | {
+FIGURES = {
+    "first_mount",
+    "cold_cat",
+    "cold_cat_decoding",
+    "warm_cat",
+    "peak_rss_mb",
+    "ls_20",
+    "write_through",
+} | {
     "twins_build",
     "twins_background_s",
     "twins_rss_mount_mb",

@@ -165,8 +165,9 @@ def test_a_read_of_rendered_bytes_needs_no_decode_and_equals_read(many_chunks: P
 
 def test_a_reader_going_forward_keeps_the_workers_decoding_ahead(many_chunks: Path, tmp_path: Path) -> None:
     """Reading a rendered chunk sends the next few to the workers, so a
-    sequential reader never waits for a chunk it could have had decoded."""
-    tree = SourceTree(open_source(many_chunks, None, {}), tmp_path / "cache")
+    sequential reader never waits for a chunk it could have had decoded.
+    (No rendered pieces kept: kept ones are read back, never decoded.)"""
+    tree = SourceTree(open_source(many_chunks, None, {}), tmp_path / "cache", keep_limit=0)
     tree.decode_in_workers()
     pool = tree.index.pool
     pool.wait_ready()

@@ -90,6 +90,8 @@ class Chunk:
     # Records of the stream's own (first) view, for a chunk of measured():
     # its records are not kept, `lengths` holds every view's.
     count: int | None = None
+    # Every view's JSON Lines bytes, for a chunk of measured(render=True).
+    rendered: dict[str, bytes] | None = None
 
 
 @dataclass(frozen=True)
@@ -125,13 +127,16 @@ class Stream(ABC):
         a clean end (EOF, zero tail) and after reporting a torn/bad record; the
         last chunk's `end` is where a later scan of the grown file resumes."""
 
-    def measured(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem] | None:
+    def measured(
+        self, start: int | None, state: State | None, render: bool = False
+    ) -> Iterator[Chunk | Problem] | None:
         """scan() as the index takes it: the same chunks and problems, each
         chunk with `count` and every view's rendered length in `lengths`
         and no records, each record measured and dropped as soon as it is
         decoded (a chunk's worth of records, kept and dumped at once, costs
-        twice the time in Beats: cold caches).  None (the default): the
-        index measures scan()'s records."""
+        twice the time in Beats: cold caches); with `render`, each chunk
+        also holds its views' bytes (`rendered`), exactly render_chunk()'s.
+        None (the default): the index measures scan()'s records."""
         return None
 
     def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import orjson
@@ -14,6 +15,7 @@ from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Run, Segment
 from fmtfs.formats.timerange import BucketRoute, bucket_views, text_range
 
 BUCKETS = "buckets"
+_LINE = orjson.OPT_APPEND_NEWLINE
 TIME_KEY = "timestamp"
 
 
@@ -77,49 +79,64 @@ class SegmentStream(Stream):
         known = {} if run.rendered_length is None else {self.view: run.rendered_length}
         yield Chunk(run.start, run.end, run.state, views, times=times, lengths=known)
 
-    def measured(self, start: int | None, state: dict | None) -> Iterator[Chunk | Problem] | None:
+    def measured(
+        self, start: int | None, state: dict | None, render: bool = False
+    ) -> Iterator[Chunk | Problem] | None:
         seg = self.opened()
         if isinstance(seg, Problem) or seg.header.lz4_stream or seg.header.iv is not None:
             return None  # scan() then: only a plaintext segment's runs are measured
-        return self._measured_runs(seg, start, state)
+        return self._measured_runs(seg, start, state, render)
 
     def _measured_runs(
-        self, seg: Segment, start: int | None, state: dict | None
+        self, seg: Segment, start: int | None, state: dict | None, render: bool
     ) -> Iterator[Chunk | Problem]:
-        for item in seg.runs_from(start, state, measure=self._measure):
+        for item in seg.runs_from(start, state, measure=partial(self._measure, render=render)):
             if isinstance(item, Run):
                 seg.drop_pages()
                 if item.measured is None:  # a run measure() could not render: its records, kept
                     yield from self._chunks(item)
                 else:
-                    count, lengths, times = item.measured
+                    count, lengths, times, rendered = item.measured
                     yield Chunk(
-                        item.start, item.end, item.state, {}, times=times, lengths=lengths, count=count
+                        item.start,
+                        item.end,
+                        item.state,
+                        {},
+                        times=times,
+                        lengths=lengths,
+                        count=count,
+                        rendered=rendered,
                     )
             else:
                 yield item
 
     def _measure(
-        self, records: Iterator[Record]
-    ) -> tuple[int, dict[str, int], tuple[int, int] | None] | None:
-        """(count, view -> rendered length, time range) of a run's records,
-        as scan()'s chunk of them gives (its segment view, its buckets by
-        the route decode_iter uses, text_range's range); None when one does not
-        render as it is (check_json sanitizes the whole run then)."""
+        self, records: Iterator[Record], render: bool
+    ) -> tuple[int, dict[str, int], tuple[int, int] | None, dict[str, bytes] | None] | None:
+        """(count, view -> rendered length, time range, view -> bytes if
+        `render`) of a run's records, as scan()'s chunk of them gives (its
+        segment view, its buckets by the route decode_iter uses,
+        text_range's range); None when one does not render as it is
+        (check_json sanitizes the whole run then).  Each record is dumped
+        once, and its line appended to every view it is in."""
         dumps = orjson.dumps
         route = self._route  # the views a record is in: decode_iter's rule
         lengths = {self.view: 0}
+        buffers = {self.view: bytearray()} if render else None
         count = 0
         low = high = None
         texts = True  # every time present is text
         for record in records:
             try:
-                size = len(dumps(record)) + 1
+                line = dumps(record, option=_LINE)
             except TypeError:
                 return None
             count += 1
+            size = len(line)
             for view in route(record):
                 lengths[view] = lengths.get(view, 0) + size
+                if buffers is not None:
+                    buffers.setdefault(view, bytearray()).extend(line)
             text = record.get(TIME_KEY)
             if text is None:
                 continue
@@ -131,7 +148,8 @@ class SegmentStream(Stream):
             if high is None or text > high:
                 high = text
         times = text_range((low, high), "ns") if texts and low is not None else None
-        return count, lengths, times
+        rendered = {view: bytes(data) for view, data in buffers.items()} if buffers is not None else None
+        return count, lengths, times, rendered
 
     def cuts(self, start: int | None, state: dict | None, every: int) -> Iterator[tuple[int, dict]]:
         seg = self.opened()

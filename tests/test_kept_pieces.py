@@ -1,0 +1,275 @@
+"""Rendered pieces kept across mounts (fmtfs.keptpieces): a scan keeps every
+chunk's rendered bytes, compressed, and a later tree or mount reads them
+back instead of decoding; the bytes are always the decoded ones, a damaged
+store costs a decode only, a file still being written keeps no copies of
+its last chunk, and a store mostly dead is rewritten."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from fmtfs import index as index_module
+from fmtfs.formats import open_source
+from fmtfs.formats.base import Chunk
+from fmtfs.formats.wallaby import WallabyWriter
+from fmtfs.keptpieces import Kept, KeptPieces, parse_size
+from fmtfs.mountoptions import expand_options
+from fmtfs.render import render_chunk
+from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
+from fmtfs.samples.wallaby import START_NS
+from fmtfs.views import IndexedFile, SourceTree
+from tests.mounting import fmtfs, mounted
+
+SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
+AN_HOUR_AGO = 3600
+
+
+def settle(folder: Path, seconds_ago: int = AN_HOUR_AGO) -> None:
+    """Date every file of `folder` `seconds_ago` back: a settled source."""
+    for path in folder.rglob("*"):
+        if path.is_file():
+            st = path.stat()
+            os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns - seconds_ago * 10**9))
+
+
+def sample(fmt: str, folder: Path, records: int = 6000) -> Path:
+    source = folder / fmt
+    source.mkdir()
+    SAMPLES[fmt].generate(source, records)
+    settle(source)
+    return source
+
+
+def indexed_views(tree: SourceTree) -> dict[str, IndexedFile]:
+    return {path: view for path, view in tree.files.items() if isinstance(view, IndexedFile)}
+
+
+def whole(tree: SourceTree, path: str) -> bytes:
+    view = tree.file(path)
+    return tree.read(path, 0, view.size())
+
+
+# -- the store -------------------------------------------------------------------
+
+
+def test_a_kept_piece_reads_back_and_a_damaged_one_is_refused(tmp_path: Path) -> None:
+    store = KeptPieces(tmp_path / "rendered" / "x.lz4", 1 << 20)
+    pieces = {"a.jsonl": b'{"n":1}\n' * 1000, "b.jsonl": b'{"m":"x"}\n' * 10, "empty": b""}
+    kept = store.keep(pieces)
+    assert set(kept) == {"a.jsonl", "b.jsonl"}  # nothing to keep of an empty piece
+    assert store.get(kept["a.jsonl"]) == pieces["a.jsonl"]
+    assert store.get(kept["b.jsonl"]) == pieces["b.jsonl"]
+    assert store.size() < len(pieces["a.jsonl"]) // 5  # compressed
+    # a torn write: one byte of the piece changed on disk
+    where = kept["a.jsonl"]
+    with open(store.path, "r+b") as f:
+        f.seek(where.at + where.length // 2)
+        byte = f.read(1)
+        f.seek(where.at + where.length // 2)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert store.get(where) is None
+    assert store.get(kept["b.jsonl"]) == pieces["b.jsonl"]
+    # a place in another store file (replaced since) is not trusted either
+    moved = Kept(where.at, where.length, where.size, where.check, where.file + 1)
+    assert store.get(moved) is None
+    store.close()
+
+
+def test_a_store_keeps_nothing_past_its_limit(tmp_path: Path) -> None:
+    store = KeptPieces(tmp_path / "s.lz4", 100)
+    assert store.keep({"v": os.urandom(500)}) == {}  # incompressible, over the limit
+    assert store.size() == 0
+    small = store.keep({"v": b"x" * 1000})
+    assert store.get(small["v"]) == b"x" * 1000
+    store.close()
+
+
+@pytest.mark.parametrize(
+    ("text", "size"),
+    [
+        ("auto", None),
+        ("off", 0),
+        ("0", 0),
+        ("512M", 512 << 20),
+        ("4g", 4 << 30),
+        ("1.5K", 1536),
+        ("100", 100),
+    ],
+)
+def test_rendered_cache_sizes_as_users_write_them(text: str, size: int | None) -> None:
+    assert parse_size(text) == size
+
+
+@pytest.mark.parametrize("text", ["lots", "-1G", "G"])
+def test_a_bad_rendered_cache_size_is_refused(text: str) -> None:
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size(text)
+
+
+def test_rendered_cache_rides_in_a_mount_option_list() -> None:
+    assert expand_options(["SRC", "MNT", "-o", "ro,rendered_cache=off"]) == [
+        "SRC",
+        "MNT",
+        "--rendered-cache",
+        "off",
+        "-o",
+        "ro",
+    ]
+
+
+# -- scans keep, trees read back -------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", sorted(SAMPLES))
+def test_every_kept_piece_is_the_chunk_decoded_and_rendered(fmt: str, tmp_path: Path) -> None:
+    """What a scan kept == what a decode renders, for every piece of every
+    indexed view (Beats: its measured scan; the others: scan()'s records)."""
+    source = sample(fmt, tmp_path)
+    tree = SourceTree(open_source(source, fmt, {}), tmp_path / "cache")
+    checked = 0
+    for entry in tree.index.entries.values():
+        for view, pieces in entry.views.items():
+            for seq in pieces.seqs:
+                kept = entry.kept.get((view, seq))
+                assert kept is not None, (view, seq)  # a settled source keeps every piece
+                meta = entry.chunks[seq]
+                decoded = render_chunk(entry.stream, Chunk(meta.start, meta.end, meta.state, {}), view)
+                assert tree.index.kept.get(kept) == decoded[view]
+                checked += 1
+    tree.close()
+    assert checked > 0 or fmt == "gvfs"  # gvfs's views are derived: nothing indexed to keep
+
+
+@pytest.mark.parametrize("fmt", ["beats", "wallaby", "kestrel", "proio"])
+def test_a_second_tree_reads_kept_pieces_and_shows_the_decoded_bytes(fmt: str, tmp_path: Path) -> None:
+    source = sample(fmt, tmp_path)
+    SourceTree(open_source(source, fmt, {}), tmp_path / "cache").close()
+    kept = SourceTree(open_source(source, fmt, {}), tmp_path / "cache")
+    decoding = SourceTree(open_source(source, fmt, {}), tmp_path / "other", keep_limit=0)
+    assert decoding.index.kept is None
+    paths = sorted(indexed_views(kept))
+    assert paths
+    for path in paths:
+        assert whole(kept, path) == whole(decoding, path)
+    assert kept.index.kept.served > 0
+    kept.close()
+    decoding.close()
+
+
+def test_the_last_chunk_of_a_file_still_being_written_is_not_kept(tmp_path: Path) -> None:
+    source = tmp_path / "wal"
+    source.mkdir()
+    wallaby.generate(source, 20000)  # written just now
+    tree = SourceTree(open_source(source, "wallaby", {}), tmp_path / "cache")
+    (entry,) = tree.index.entries.values()
+    last = len(entry.chunks) - 1
+    assert last > 0
+    kept_seqs = {seq for _, seq in entry.kept}
+    assert last not in kept_seqs and set(range(last)) <= kept_seqs
+    tree.close()
+
+
+def test_a_grown_file_keeps_its_earlier_pieces_and_reads_right(tmp_path: Path) -> None:
+    source = tmp_path / "wal"
+    source.mkdir()
+    wallaby.generate(source, 20000)
+    settle(source)
+    cache = tmp_path / "cache"
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    (before,) = tree.index.entries.values()
+    size_before = tree.index.kept.size()
+    # the producer appends: the log grows, written just now
+    WallabyWriter(source / "events.log").write(
+        [{"time": START_NS + i, "data": f"grown {i}"} for i in range(3000)]
+    )
+    tree.refresh(force=True)
+    (after,) = tree.index.entries.values()
+    assert len(after.chunks) > len(before.chunks)
+    earlier = {k: v for k, v in before.kept.items() if k[1] < len(before.chunks) - 1}
+    assert earlier and all(after.kept[k] == v for k, v in earlier.items())
+    decoding = SourceTree(open_source(source, "wallaby", {}), tmp_path / "other", keep_limit=0)
+    for path in indexed_views(tree):
+        assert whole(tree, path) == whole(decoding, path)
+    # only the old last chunk and the new ones were kept again: no second copy of the rest
+    assert tree.index.kept.size() - size_before < size_before
+    tree.close()
+    decoding.close()
+
+
+def test_a_store_mostly_dead_is_rewritten_with_its_live_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(index_module, "COMPACT_DEAD_BYTES", 0)
+    source = sample("beats", tmp_path, 20000)
+    cache = tmp_path / "cache"
+    tree = SourceTree(open_source(source, "beats", {}), cache)
+    full = tree.index.kept.size()
+    segments = sorted(source.glob("*.seg"))
+    assert len(segments) >= 2
+    tree.close()
+    for seg in segments[:-1]:  # the queue acknowledged all but its last segment
+        seg.unlink()
+    SourceTree(open_source(source, "beats", {}), cache).close()  # forgets them: their pieces die
+    tree = SourceTree(open_source(source, "beats", {}), cache)  # finds the store mostly dead
+    assert tree.index.kept.size() < full
+    decoding = SourceTree(open_source(source, "beats", {}), tmp_path / "other", keep_limit=0)
+    served = tree.index.kept.served
+    for path in indexed_views(tree):
+        assert whole(tree, path) == whole(decoding, path)
+    assert tree.index.kept.served > served
+    tree.close()
+    decoding.close()
+
+
+# -- real mounts -----------------------------------------------------------------
+
+
+def test_a_second_mount_serves_the_kept_pieces_without_decoding(tmp_path: Path) -> None:
+    """The native bytes are wiped behind the index's back (same size, inode
+    and mtime): a mount that decoded would show errors, one that reads the
+    kept pieces shows the records the first mount rendered."""
+    source = sample("wallaby", tmp_path, 20000)
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        views = sorted(p.relative_to(mnt) for p in (mnt / "events.log").glob("*.jsonl"))
+        first = {view: (mnt / view).read_bytes() for view in views}
+    assert any(first.values())
+    log = source / "events.log"
+    st = log.stat()
+    with open(log, "r+b") as f:  # the header stays (the format is still detected)
+        f.seek(64)
+        f.write(b"\0" * (st.st_size - 64))
+    os.utime(log, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with mounted(source, cache_dir=cache) as mnt:
+        assert {view: (mnt / view).read_bytes() for view in views} == first
+    # and with the store off, the same mount decodes: the wiped bytes show
+    with mounted(source, "--rendered-cache", "off", cache_dir=cache) as mnt:
+        assert (mnt / views[0]).read_bytes() != first[views[0]]
+
+
+def test_a_damaged_store_is_decoded_around_in_a_mount(tmp_path: Path) -> None:
+    source = sample("beats", tmp_path, 12000)
+    cache = tmp_path / "cache"
+    expected = fmtfs("cat", source, "segments/0.jsonl", "--cache-dir", tmp_path / "plain").stdout
+    with mounted(source, cache_dir=cache) as mnt:
+        assert (mnt / "segments/0.jsonl").read_bytes() == expected
+    (store,) = (cache / "rendered").glob("*.lz4")
+    data = bytearray(store.read_bytes())
+    for at in range(0, len(data), 97):
+        data[at] ^= 0x5A
+    store.write_bytes(bytes(data))
+    with mounted(source, cache_dir=cache) as mnt:
+        assert (mnt / "segments/0.jsonl").read_bytes() == expected
+
+
+def test_rendered_cache_off_writes_no_store(tmp_path: Path) -> None:
+    source = sample("kestrel", tmp_path, 3000)
+    fmtfs("index", source, "--cache-dir", tmp_path / "cache", "--rendered-cache", "off", "-q")
+    assert not list((tmp_path / "cache").glob("rendered/*.lz4"))
+    fmtfs("index", source, "--cache-dir", tmp_path / "cache2", "-q")
+    (store,) = (tmp_path / "cache2").glob("rendered/*.lz4")
+    assert store.stat().st_size > 0
+    assert store.stat().st_mode & 0o077 == 0  # decoded records: the owner's alone
