@@ -317,7 +317,7 @@ class Index:
         old = {
             rowid: Kept(at, length, size, check, self.kept.file) for rowid, at, length, size, check in rows
         }
-        dead = self.kept.size() - sum(k.length for k in old.values())
+        dead = self.kept.size() - sum(k.length for k in set(old.values()))  # views may share a piece
         if dead < COMPACT_DEAD_BYTES or dead < self.kept.size() // 2:
             return
         moved = self.kept.compacted(old.values())

@@ -95,13 +95,18 @@ class KeptPieces:
         """What another process opens the same store with: KeptPieces(*spec)."""
         return self.path, self.limit
 
-    def keep(self, pieces: dict[str, bytes]) -> dict[str, Kept]:
+    def keep(self, pieces: dict[str, bytes | bytearray]) -> dict[str, Kept]:
         """Append `pieces` (view -> rendered bytes), compressed; where each
-        went.  Nothing is kept once the file would pass its limit."""
-        packed = {view: lz4.block.compress(data, store_size=False) for view, data in pieces.items() if data}
-        total = sum(map(len, packed.values()))
+        went.  Views given the very same object (a Beats segment's hour
+        bucket holding its whole chunk) share one copy.  Nothing is kept
+        once the file would pass its limit."""
+        packed: dict[int, bytes] = {}  # id of a piece's bytes -> compressed
+        for data in pieces.values():
+            if data and id(data) not in packed:
+                packed[id(data)] = lz4.block.compress(data, store_size=False)
         if not packed:
             return {}
+        total = sum(map(len, packed.values()))
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             at = os.fstat(self._fd).st_size
@@ -110,10 +115,15 @@ class KeptPieces:
             os.pwrite(self._fd, b"".join(packed.values()), at)
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
-        out = {}
-        for view, blob in packed.items():
-            out[view] = Kept(at, len(blob), len(pieces[view]), checksum(blob), self.file)
+        where: dict[int, tuple[int, int, int]] = {}  # id -> (offset, compressed length, checksum)
+        for key, blob in packed.items():
+            where[key] = (at, len(blob), checksum(blob))
             at += len(blob)
+        out = {}
+        for view, data in pieces.items():
+            if data:
+                offset, length, check = where[id(data)]
+                out[view] = Kept(offset, length, len(data), check, self.file)
         return out
 
     def get(self, kept: Kept) -> bytes | None:

@@ -78,6 +78,16 @@ def test_a_kept_piece_reads_back_and_a_damaged_one_is_refused(tmp_path: Path) ->
     store.close()
 
 
+def test_views_given_the_same_bytes_share_one_kept_copy(tmp_path: Path) -> None:
+    store = KeptPieces(tmp_path / "s.lz4", 1 << 20)
+    lines = bytearray(b'{"t":"2015-05-17T22:00:00Z"}\n' * 500)  # a segment's piece, also its hour bucket's
+    kept = store.keep({"segments/0.jsonl": lines, "buckets/2015-05-17T22.jsonl": lines})
+    assert kept["segments/0.jsonl"] == kept["buckets/2015-05-17T22.jsonl"]
+    assert store.size() == kept["segments/0.jsonl"].length
+    assert store.get(kept["buckets/2015-05-17T22.jsonl"]) == bytes(lines)
+    store.close()
+
+
 def test_a_store_keeps_nothing_past_its_limit(tmp_path: Path) -> None:
     store = KeptPieces(tmp_path / "s.lz4", 100)
     assert store.keep({"v": os.urandom(500)}) == {}  # incompressible, over the limit

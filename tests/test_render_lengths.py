@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import orjson
+
 from fmtfs.render import render_views, rendered_lengths
 
 
@@ -69,3 +71,29 @@ def test_a_chunk_rendered_for_one_view_is_that_views_bytes_of_all_views(tmp_path
     for view, data in every.items():
         assert render_chunk(stream, chunk, view) == {view: data}
     assert render_chunk(stream, chunk, "buckets/not-a-view.jsonl") == {}
+
+
+def _dumped(records: list[dict]) -> bytes:
+    return b"".join(orjson.dumps(r) + b"\n" for r in records)
+
+
+def test_views_are_each_their_own_records_dumped_whether_runs_or_not():
+    """render_views slices a later view out of the first when its records are
+    a run of the first's very objects; every other shape is dumped alone."""
+    records = _records(60)
+    copies = [dict(r) for r in records]  # equal values, other objects
+    views = {
+        "s.jsonl": records,
+        "whole.jsonl": list(records),
+        "head.jsonl": records[:7],
+        "middle.jsonl": records[20:41],
+        "tail.jsonl": records[50:],
+        "every_other.jsonl": records[::2],  # not a run
+        "reversed.jsonl": records[::-1],
+        "copies.jsonl": copies[5:9],
+        "past_the_end.jsonl": records[55:] + [copies[0]],
+        "empty.jsonl": [],
+    }
+    rendered = render_views(views)
+    assert rendered == {view: _dumped(recs) for view, recs in views.items()}
+    assert rendered["whole.jsonl"] is rendered["s.jsonl"]  # kept once by a store of kept pieces

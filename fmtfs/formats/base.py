@@ -90,8 +90,9 @@ class Chunk:
     # Records of the stream's own (first) view, for a chunk of measured():
     # its records are not kept, `lengths` holds every view's.
     count: int | None = None
-    # Every view's JSON Lines bytes, for a chunk of measured(render=True).
-    rendered: dict[str, bytes] | None = None
+    # Every view's JSON Lines bytes, for a chunk of measured(render=True);
+    # views with the same bytes may share one object (kept once).
+    rendered: dict[str, bytes | bytearray] | None = None
 
 
 @dataclass(frozen=True)

@@ -112,17 +112,21 @@ class SegmentStream(Stream):
 
     def _measure(
         self, records: Iterator[Record], render: bool
-    ) -> tuple[int, dict[str, int], tuple[int, int] | None, dict[str, bytes] | None] | None:
+    ) -> tuple[int, dict[str, int], tuple[int, int] | None, dict[str, bytes | bytearray] | None] | None:
         """(count, view -> rendered length, time range, view -> bytes if
         `render`) of a run's records, as scan()'s chunk of them gives (its
         segment view, its buckets by the route decode_iter uses,
         text_range's range); None when one does not render as it is
         (check_json sanitizes the whole run then).  Each record is dumped
-        once, and its line appended to every view it is in."""
+        once; every record is in the segment view, so a bucket's piece is
+        the spans of the segment's where the route was that bucket's (the
+        route gives the same tuple for a bucket: a chunk has a span or two)."""
         dumps = orjson.dumps
         route = self._route  # the views a record is in: decode_iter's rule
-        lengths = {self.view: 0}
-        buffers = {self.view: bytearray()} if render else None
+        out = bytearray() if render else None
+        spans: list[tuple[tuple[str, ...], int]] = []  # (route, where its records start)
+        last = None
+        at = 0
         count = 0
         low = high = None
         texts = True  # every time present is text
@@ -132,11 +136,13 @@ class SegmentStream(Stream):
             except TypeError:
                 return None
             count += 1
-            size = len(line)
-            for view in route(record):
-                lengths[view] = lengths.get(view, 0) + size
-                if buffers is not None:
-                    buffers.setdefault(view, bytearray()).extend(line)
+            views = route(record)
+            if views is not last:
+                spans.append((views, at))
+                last = views
+            at += len(line)
+            if out is not None:
+                out += line
             text = record.get(TIME_KEY)
             if text is None:
                 continue
@@ -148,7 +154,20 @@ class SegmentStream(Stream):
             if high is None or text > high:
                 high = text
         times = text_range((low, high), "ns") if texts and low is not None else None
-        rendered = {view: bytes(data) for view, data in buffers.items()} if buffers is not None else None
+        lengths = {self.view: at}
+        cuts: dict[str, list[tuple[int, int]]] = {}
+        for i, (views, start) in enumerate(spans):
+            stop = spans[i + 1][1] if i + 1 < len(spans) else at
+            for view in views[1:]:
+                cuts.setdefault(view, []).append((start, stop))
+                lengths[view] = lengths.get(view, 0) + stop - start
+        if out is None:
+            return count, lengths, times, None
+        # a bucket holding the whole run (the usual case) is the very same bytes
+        whole = memoryview(out)
+        rendered: dict[str, bytes | bytearray] = {self.view: out}
+        for view, parts in cuts.items():
+            rendered[view] = out if parts == [(0, at)] else b"".join(whole[a:b] for a, b in parts)
         return count, lengths, times, rendered
 
     def cuts(self, start: int | None, state: dict | None, every: int) -> Iterator[tuple[int, dict]]:
