@@ -294,6 +294,7 @@ class Index:
         # chunks being decoded now -> set when their pieces are in `rendered`
         self._flights: dict[tuple, threading.Event] = {}
         self._flights_lock = threading.Lock()
+        self._kept_flights: dict[tuple, threading.Event] = {}  # kept pieces being read (under _flights_lock)
         self.pool: DecodePool | None = None  # set by the mount: decode in worker processes
         self._pending: dict[tuple, Future] = {}  # chunks the pool is decoding (under _flights_lock)
         self.kept: KeptPieces | None = None
@@ -780,14 +781,33 @@ class Index:
 
     def _from_kept(self, entry: StreamEntry, view: str, seq: int, chunk_key: tuple) -> bytes | None:
         """The piece from the store of kept pieces (into the LRU: a reader
-        asks for the rest of it next), or None."""
+        asks for the rest of it next), or None.  The kernel's readahead asks
+        for several parts of one piece at once: one of them reads and
+        decompresses it, the others wait for it (single flight)."""
         kept = entry.kept.get((view, seq))
         if kept is None or self.kept is None:
             return None
-        data = self.kept.get(kept)
-        if data is not None:
-            self.rendered.put((*chunk_key, view), data)
-        return data
+        key = (*chunk_key, view)
+        with self._flights_lock:
+            flight = self._kept_flights.get(key)
+            leading = flight is None
+            if leading:
+                flight = self._kept_flights[key] = threading.Event()
+        if not leading:
+            flight.wait()
+            data = self.rendered.get(key)
+            if data is not None:
+                return data
+        try:  # led, or the leader's piece is gone already: read it here
+            data = self.kept.get(kept)
+            if data is not None:
+                self.rendered.put(key, data)
+            return data
+        finally:
+            if leading:
+                with self._flights_lock:
+                    del self._kept_flights[key]
+                flight.set()
 
     def _decode_ahead(
         self, entry: StreamEntry, seq: int, view: str, wait: bool = True, forward: bool = False
