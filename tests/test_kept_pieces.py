@@ -7,6 +7,8 @@ its last chunk, and a store mostly dead is rewritten."""
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -283,3 +285,39 @@ def test_rendered_cache_off_writes_no_store(tmp_path: Path) -> None:
     (store,) = (tmp_path / "cache2").glob("rendered/*.lz4")
     assert store.stat().st_size > 0
     assert store.stat().st_mode & 0o077 == 0  # decoded records: the owner's alone
+
+
+def test_concurrent_readers_of_one_kept_piece_read_it_once(tmp_path: Path) -> None:
+    source = sample("wallaby", tmp_path, 20000)
+    SourceTree(open_source(source, "wallaby", {}), tmp_path / "cache").close()
+    tree = SourceTree(open_source(source, "wallaby", {}), tmp_path / "cache")
+    view = tree.file("events.log/records.jsonl")
+    assert view.entry.views["events.log/records.jsonl"].ends[0] >= 8 * 4096  # all reads in piece 0
+    store = tree.index.kept
+    reads: list[Kept] = []
+    real_get = store.get
+    gate = threading.Barrier(8)
+
+    def slow_get(kept: Kept) -> bytes | None:
+        reads.append(kept)
+        time.sleep(0.2)  # long enough for every reader to ask for the piece meanwhile
+        return real_get(kept)
+
+    store.get = slow_get
+    results: list[bytes] = []
+
+    def read(offset: int) -> None:
+        gate.wait()
+        results.append(view.read(offset, 4096))
+
+    threads = [threading.Thread(target=read, args=(i * 4096,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    decoding = SourceTree(open_source(source, "wallaby", {}), tmp_path / "other", keep_limit=0)
+    expected = whole(decoding, "events.log/records.jsonl")
+    assert sorted(results) == sorted(expected[i * 4096 : (i + 1) * 4096] for i in range(8))
+    assert len(reads) == 1
+    tree.close()
+    decoding.close()
