@@ -300,8 +300,11 @@ class Index:
         self.kept: KeptPieces | None = None
         if keep_limit != 0:
             path = cache_dir / "rendered" / f"{digest(source_key)}.lz4"
-            self.kept = KeptPieces(path, default_limit(cache_dir) if keep_limit is None else keep_limit)
-            self._compact()
+            try:
+                self.kept = KeptPieces(path, default_limit(cache_dir) if keep_limit is None else keep_limit)
+                self._compact()
+            except OSError as exc:  # keeping is an optimisation: every read then decodes
+                log.warning("cannot keep rendered pieces in %s: %s", path, exc.strerror or exc)
 
     def _compact(self) -> None:
         """Rewrite the store of kept pieces with its live ones when most of

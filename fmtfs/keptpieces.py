@@ -23,7 +23,9 @@ records: it is created for its owner only, like the rest of the cache."""
 
 from __future__ import annotations
 
+import errno
 import fcntl
+import logging
 import os
 import shutil
 from collections.abc import Iterable
@@ -32,6 +34,8 @@ from pathlib import Path
 
 import lz4.block
 import xxhash
+
+log = logging.getLogger("fmtfs")
 
 # The default budget: at most this much disk, and at most a quarter of what
 # is free when the store opens.
@@ -89,6 +93,7 @@ class KeptPieces:
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         self.file = os.fstat(self._fd).st_ino
         self.served = 0  # pieces read back (tests count them)
+        self._failed = False  # a write failed (said once in the log)
 
     @property
     def spec(self) -> tuple[Path, int]:
@@ -112,7 +117,14 @@ class KeptPieces:
             at = os.fstat(self._fd).st_size
             if at + total > self.limit:
                 return {}
-            os.pwrite(self._fd, b"".join(packed.values()), at)
+            blob = b"".join(packed.values())
+            if os.pwrite(self._fd, blob, at) != len(blob):  # the disk filled up on the way
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError as exc:  # a full disk: keeping is worth a decode, never a failed scan
+            if not self._failed:
+                log.warning("cannot keep rendered pieces in %s: %s", self.path, exc.strerror or exc)
+                self._failed = True
+            return {}
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         where: dict[int, tuple[int, int, int]] = {}  # id -> (offset, compressed length, checksum)
@@ -131,7 +143,10 @@ class KeptPieces:
         they were written (another store file, a torn write)."""
         if kept.file != self.file:
             return None
-        blob = os.pread(self._fd, kept.length, kept.at)
+        try:
+            blob = os.pread(self._fd, kept.length, kept.at)
+        except OSError:  # a disk error: the piece is decoded instead
+            return None
         if len(blob) != kept.length or checksum(blob) != kept.check:
             return None
         try:

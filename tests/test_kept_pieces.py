@@ -6,7 +6,9 @@ its last chunk, and a store mostly dead is rewritten."""
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -321,3 +323,24 @@ def test_concurrent_readers_of_one_kept_piece_read_it_once(tmp_path: Path) -> No
     assert len(reads) == 1
     tree.close()
     decoding.close()
+
+
+def test_a_full_disk_keeps_nothing_and_fails_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A real file system of 64 KiB (tmpfs): keeping a piece past its space
+    is skipped, said once in the log, and what was kept still reads."""
+    disk = tmp_path / "small"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(disk)], check=True)
+    try:
+        store = KeptPieces(disk / "rendered" / "x.lz4", 1 << 30)
+        small = store.keep({"a.jsonl": b'{"n":1}\n' * 100})
+        with caplog.at_level(logging.WARNING, logger="fmtfs"):
+            assert store.keep({"b.jsonl": os.urandom(256 << 10)}) == {}  # incompressible: ENOSPC
+            assert store.keep({"c.jsonl": os.urandom(256 << 10)}) == {}
+        assert caplog.text.count("cannot keep rendered pieces") == 1
+        assert store.get(small["a.jsonl"]) == b'{"n":1}\n' * 100
+        store.close()
+    finally:
+        subprocess.run(["umount", str(disk)], check=True)
