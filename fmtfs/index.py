@@ -37,6 +37,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TypeVar
 
 import orjson
 
@@ -48,6 +49,8 @@ from fmtfs.scanning import Progress, Scanned, ScanRange, joined, scan_range, sca
 from fmtfs.spill import SpilledPieces
 
 log = logging.getLogger("fmtfs")
+
+Produced = TypeVar("Produced")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
@@ -763,54 +766,58 @@ class Index:
                 # reader waiting: it decodes this chunk here, and the workers
                 # take the next ones as soon as they are up
                 self._decode_ahead(entry, seq + 1, view, wait=False, forward=True)
+        return self._once(
+            self._flights,
+            chunk_key,
+            lambda: self.rendered.get((*chunk_key, view)),
+            lambda: self._render(entry, meta, chunk_key, view),
+        )
+
+    def _once(
+        self,
+        flights: dict[tuple, threading.Event],
+        key: tuple,
+        found: Callable[[], Produced | None],
+        produce: Callable[[], Produced],
+    ) -> Produced:
+        """produce() in one thread at a time per key (single flight): the
+        kernel's readahead asks for several parts of one piece at once.  A
+        thread finding another producing `key` waits for it and takes
+        found() (the LRU), or produces it itself when that finds nothing
+        (evicted already, or the leader failed)."""
         with self._flights_lock:
-            flight = self._flights.get(chunk_key)
+            flight = flights.get(key)
             leading = flight is None
             if leading:
-                flight = self._flights[chunk_key] = threading.Event()
+                flight = flights[key] = threading.Event()
         if not leading:
             flight.wait()
-            data = self.rendered.get((*chunk_key, view))
-            if data is not None:
-                return data
-            # evicted already, or the leader failed: decode it here
-            return self._render(entry, meta, chunk_key, view)
+            data = found()
+            return data if data is not None else produce()
         try:
-            return self._render(entry, meta, chunk_key, view)
+            return produce()
         finally:
             with self._flights_lock:
-                del self._flights[chunk_key]
+                del flights[key]
             flight.set()
 
     def _from_kept(self, entry: StreamEntry, view: str, seq: int, chunk_key: tuple) -> bytes | None:
         """The piece from the store of kept pieces (into the LRU: a reader
-        asks for the rest of it next), or None.  The kernel's readahead asks
-        for several parts of one piece at once: one of them reads and
-        decompresses it, the others wait for it (single flight)."""
+        asks for the rest of it next), or None; read and decompressed once
+        however many readers ask at a time."""
         kept = entry.kept.get((view, seq))
-        if kept is None or self.kept is None:
+        store = self.kept
+        if kept is None or store is None:
             return None
         key = (*chunk_key, view)
-        with self._flights_lock:
-            flight = self._kept_flights.get(key)
-            leading = flight is None
-            if leading:
-                flight = self._kept_flights[key] = threading.Event()
-        if not leading:
-            flight.wait()
-            data = self.rendered.get(key)
-            if data is not None:
-                return data
-        try:  # led, or the leader's piece is gone already: read it here
-            data = self.kept.get(kept)
+
+        def read() -> bytes | None:
+            data = store.get(kept)
             if data is not None:
                 self.rendered.put(key, data)
             return data
-        finally:
-            if leading:
-                with self._flights_lock:
-                    del self._kept_flights[key]
-                flight.set()
+
+        return self._once(self._kept_flights, key, lambda: self.rendered.get(key), read)
 
     def _decode_ahead(
         self, entry: StreamEntry, seq: int, view: str, wait: bool = True, forward: bool = False

@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
 from fmtfs.samples.wallaby import START_NS
 from fmtfs.views import IndexedFile, SourceTree
 from tests.mounting import fmtfs, mounted
+from tests.test_read_path import reads_at_once
 
 SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
 AN_HOUR_AGO = 3600
@@ -298,7 +298,6 @@ def test_concurrent_readers_of_one_kept_piece_read_it_once(tmp_path: Path) -> No
     store = tree.index.kept
     reads: list[Kept] = []
     real_get = store.get
-    gate = threading.Barrier(8)
 
     def slow_get(kept: Kept) -> bytes | None:
         reads.append(kept)
@@ -306,17 +305,7 @@ def test_concurrent_readers_of_one_kept_piece_read_it_once(tmp_path: Path) -> No
         return real_get(kept)
 
     store.get = slow_get
-    results: list[bytes] = []
-
-    def read(offset: int) -> None:
-        gate.wait()
-        results.append(view.read(offset, 4096))
-
-    threads = [threading.Thread(target=read, args=(i * 4096,)) for i in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    results = reads_at_once(view, 8)
     decoding = SourceTree(open_source(source, "wallaby", {}), tmp_path / "other", keep_limit=0)
     expected = whole(decoding, "events.log/records.jsonl")
     assert sorted(results) == sorted(expected[i * 4096 : (i + 1) * 4096] for i in range(8))

@@ -74,13 +74,30 @@ def test_an_entry_readers_hold_is_never_changed_by_a_refresh(source: Path, tmp_p
     assert grown.size() > size and grown.read(0, grown.size()).startswith(before)
 
 
+def reads_at_once(view, readers: int) -> list[bytes]:
+    """The first `readers` 4 KiB blocks of `view`, each read by a thread of
+    its own, all let go at once."""
+    gate = threading.Barrier(readers)
+    results: list[bytes] = []
+
+    def read(offset: int) -> None:
+        gate.wait()
+        results.append(view.read(offset, 4096))
+
+    threads = [threading.Thread(target=read, args=(i * 4096,)) for i in range(readers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return results
+
+
 def test_concurrent_readers_of_one_chunk_decode_it_once(source: Path, tmp_path: Path) -> None:
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
     view = tree.file(RECORDS)
     stream = view.entry.stream
     decodes: list[int] = []
     real_decode = stream.decode
-    gate = threading.Barrier(8)
 
     def counting_decode(chunk):
         decodes.append(chunk.start)
@@ -88,17 +105,7 @@ def test_concurrent_readers_of_one_chunk_decode_it_once(source: Path, tmp_path: 
         return real_decode(chunk)
 
     stream.decode = counting_decode
-    results: list[bytes] = []
-
-    def read(offset: int) -> None:
-        gate.wait()
-        results.append(view.read(offset, 4096))
-
-    threads = [threading.Thread(target=read, args=(i * 4096,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    results = reads_at_once(view, 8)
     whole = fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
     assert sorted(results) == sorted(whole[i * 4096 : (i + 1) * 4096] for i in range(8))
     first_chunk = view.entry.chunks[0]
