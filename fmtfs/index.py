@@ -341,6 +341,24 @@ class Index:
         if self.kept is not None:
             self.kept.close()
 
+    def _tail_to_keep(self, entry: StreamEntry) -> bool:
+        """Whether a stream loaded from the index has a last chunk its scan
+        did not keep (the file was still being written then) that can be
+        kept now: the file has settled and the store has room for it."""
+        if self.kept is None or not entry.chunks or not self._settled(entry.identity):
+            return False
+        last = len(entry.chunks) - 1
+        sizes = [
+            (view, pieces.ends[-1] - (pieces.ends[-2] if len(pieces.ends) > 1 else 0))
+            for view, pieces in entry.views.items()
+            if pieces.seqs and pieces.seqs[-1] == last
+        ]
+        if all((view, last) in entry.kept for view, _ in sizes):
+            return False
+        # rendered bytes bound the compressed ones: a store too full to take
+        # them is not asked at every mount
+        return self.kept.limit - self.kept.size() > sum(size for _, size in sizes)
+
     def _settled(self, identity: FileIdentity) -> bool:
         """Whether a file has not changed for a while: its scan keeps its last chunk too."""
         return time.time_ns() - identity.mtime_ns > SETTLED_NS
@@ -504,6 +522,9 @@ class Index:
         if entry is None:
             entry = self._load(stream, identity)
             if entry is not None and entry.identity == identity:
+                if self._tail_to_keep(entry):
+                    # settled since its scan: its last chunk is scanned again, and kept
+                    return self._resume(replace(entry, stream=stream), identity)
                 self._add_fixed_views(entry)
                 self.entries[stream.name] = entry
                 return entry, True

@@ -29,6 +29,7 @@ from tests.test_read_path import reads_at_once
 
 SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
 AN_HOUR_AGO = 3600
+RECORDS = "events.log/records.jsonl"
 
 
 def settle(folder: Path, seconds_ago: int = AN_HOUR_AGO) -> None:
@@ -183,6 +184,35 @@ def test_the_last_chunk_of_a_file_still_being_written_is_not_kept(tmp_path: Path
     assert last > 0
     kept_seqs = {seq for _, seq in entry.kept}
     assert last not in kept_seqs and set(range(last)) <= kept_seqs
+    tree.close()
+
+
+def test_the_last_chunk_is_kept_once_the_file_has_settled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source copied just now and never written again: the first tree
+    keeps all but each stream's last chunk; a tree opened once the files
+    have settled scans that chunk again and keeps it; the next scans nothing."""
+    source = tmp_path / "wal"
+    source.mkdir()
+    wallaby.generate(source, 20000)
+    cache = tmp_path / "cache"
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    (entry,) = tree.index.entries.values()
+    last = len(entry.chunks) - 1
+    assert (RECORDS, last) not in entry.kept
+    tree.close()
+    monkeypatch.setattr(index_module, "SETTLED_NS", 0)  # as if a minute had passed
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    (entry,) = tree.index.entries.values()
+    assert (RECORDS, last) in entry.kept and len(entry.chunks) == last + 1
+    size = tree.index.kept.size()
+    decoding = SourceTree(open_source(source, "wallaby", {}), tmp_path / "other", keep_limit=0)
+    assert whole(tree, RECORDS) == whole(decoding, RECORDS)
+    tree.close()
+    decoding.close()
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    assert tree.index.kept.size() == size  # nothing scanned, nothing kept again
     tree.close()
 
 
