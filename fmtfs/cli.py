@@ -18,8 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from fmtfs import __version__, summary, twinbuilder
 from fmtfs.errors import UserError
 from fmtfs.formats import registry
@@ -29,7 +27,7 @@ from fmtfs.index import Progress
 from fmtfs.keptpieces import parse_size
 from fmtfs.mountoptions import expand_options
 from fmtfs.progress import IndexProgress, TwinProgress, native_size, on_terminal
-from fmtfs.views import META_ERRORS, META_INFO, SourceTree
+from fmtfs.views import META_INFO, SourceTree
 
 log = logging.getLogger("fmtfs")
 
@@ -323,11 +321,10 @@ def open_tree_showing_progress(args: argparse.Namespace, readonly: bool = False)
 
 
 def warn_problems(tree: SourceTree) -> None:
-    """Damaged records, with file and offset, as warnings (all of them are
-    in _errors.jsonl; the log says where each is)."""
-    for line in tree.read(META_ERRORS, 0, tree.size(META_ERRORS)).splitlines():
-        problem = orjson.loads(line)
-        log.warning("%s at offset %s: %s", problem["file"], problem["offset"], problem["error"])
+    """Damaged records met while indexing, with file and offset, as
+    warnings (all problems are in _errors.jsonl; the log says where each is)."""
+    for problem in tree.early_problems():
+        log.warning("%s at offset %s: %s", problem.file, problem.offset, problem.error)
 
 
 def view_path(text: str) -> str:

@@ -688,6 +688,15 @@ class SourceTree:
         problems = [p for e in entries for p in e.problems]
         return problems + self.index_failures + self.format.problems() + self.write_errors
 
+    def early_problems(self) -> list[Problem]:
+        """What a command warns about before it serves or prints: the
+        problems met while indexing, the format's early ones and refused
+        writes, in _errors.jsonl's order.  _errors.jsonl holds them all; a
+        format whose problems() reads the whole source (gvfs trees) leaves
+        those to it, so a mount does not wait for that read."""
+        problems = [p for e in self.entries for p in e.problems]
+        return problems + self.index_failures + self.format.early_problems() + self.write_errors
+
     def _errors(self, entries: list[StreamEntry]) -> bytes:
         return render_lines(
             {"file": p.file, "offset": p.offset, "error": p.error} for p in self._all_problems(entries)

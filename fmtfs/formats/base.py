@@ -279,6 +279,13 @@ class Format(ABC):
         """Problems not tied to a stream scan (an unparsable reader file)."""
         return []
 
+    def early_problems(self) -> list[Problem]:
+        """The problems() a command warns about before it serves (all of
+        them, by default).  A format whose problems() must read the whole
+        source returns the cheap part here: the rest is listed in
+        _errors.jsonl and `fmtfs info`, computed when they are read."""
+        return self.problems()
+
     def writer(self, view_path: str, create: bool) -> Writer:
         """A writer for `view_path`.  `create` is True when the view does not
         exist yet (a new beats segment, a new kestrel reader).  Raise
