@@ -36,7 +36,7 @@ log = logging.getLogger("fmtfs")
 
 
 def about() -> str:
-    titles = ", ".join(cls.title or cls.name for cls in registry.loadable())
+    titles = ", ".join(card.title or card.name for card in registry.cards())
     return textwrap.fill(
         f"fmtfs shows binary append-only files ({titles}) as JSON Lines and Parquet files: "
         "mounted with FUSE, or printed without a mount.",
@@ -45,7 +45,7 @@ def about() -> str:
 
 
 def environment() -> str:
-    variables = [pair for cls in registry.loadable() for pair in cls.environment]
+    variables = [pair for card in registry.cards() for pair in card.environment]
     variables.append(("XDG_CACHE_HOME", "the default index folder is $XDG_CACHE_HOME/fmtfs (~/.cache/fmtfs)"))
     return "environment:\n" + "\n".join(_described(name, text) for name, text in variables)
 

@@ -34,13 +34,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 # BadRecord lives with the other error kinds (fmtfs.shape raises it too and
 # sits below the formats); formats keep importing it from here
 from fmtfs.errors import BadRecord, FormatError  # noqa: F401
 from fmtfs.formats import options as declared
 from fmtfs.formats.schema import ViewSchema
+
+if TYPE_CHECKING:
+    from fmtfs.formats.card import Card
 
 Record = dict[str, Any]
 # A decoded record and the view paths it is in (Stream.decode_iter).
@@ -234,6 +237,16 @@ class Format(ABC):
     title: ClassVar[str] = ""
     # environment variables the format reads: (name, what for), for --help
     environment: ClassVar[tuple[tuple[str, str], ...]] = ()
+
+    def __init_subclass__(cls, card: Card | None = None, **kwargs: Any) -> None:
+        """`class BeatsFormat(Format, card=CARD)`: the facts above (and
+        detect) from the format's card, which the command line reads without
+        importing the format (fmtfs.formats.card)."""
+        super().__init_subclass__(**kwargs)
+        if card is not None:
+            cls.name, cls.title, cls.looks_for = card.name, card.title, card.looks_for
+            cls.declared_options, cls.environment = card.declared_options, card.environment
+            cls.detect = classmethod(lambda _cls, source: card.detect(source))  # type: ignore[method-assign]
 
     def __init__(self, source: Path, options: dict[str, Any]) -> None:
         self.source = source

@@ -13,6 +13,12 @@ breaks no other format's mount.
 
 Detection asks the formats in order: the built-in ones first (their magics
 are strict), then the others by name.
+
+What the command line needs before it opens a source (titles, options,
+detection) comes from each format's card (fmtfs.formats.card): a built-in
+format's small card module, an external format's class.  So `--help`,
+argument parsing and detection import no built-in format's decoding, and a
+command imports the one format it opens.
 """
 
 from __future__ import annotations
@@ -22,10 +28,14 @@ import logging
 from collections.abc import Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from fmtfs.errors import FormatError
-from fmtfs.formats.base import Format
+from fmtfs.formats.card import Card
 from fmtfs.formats.options import Option, unique, values
+
+if TYPE_CHECKING:
+    from fmtfs.formats.base import Format
 
 log = logging.getLogger("fmtfs")
 
@@ -37,6 +47,16 @@ BUILTIN: dict[str, str] = {
     "gvfs": "fmtfs.formats.gvfs:GvfsFormat",
     "proio": "fmtfs.formats.proio:ProioFormat",
 }
+# the module holding each built-in format's CARD (imports none of the format)
+BUILTIN_CARDS: dict[str, str] = {
+    "beats": "fmtfs.formats.beats.card",
+    "kestrel": "fmtfs.formats.kestrel.card",
+    "wallaby": "fmtfs.formats.wallaby_card",
+    "gvfs": "fmtfs.formats.gvfs.card",
+    "proio": "fmtfs.formats.proio.card",
+}
+# a format as the command line sees it: a card, or an external format's class
+Described = Card | type["Format"]
 
 _targets: dict[str, str] | None = None
 _classes: dict[str, type[Format]] = {}
@@ -71,6 +91,8 @@ def format_class(name: str) -> type[Format]:
         target = known[name]
     except KeyError:
         raise FormatError(f"unknown format {name!r} (one of: {', '.join(known)})") from None
+    from fmtfs.formats.base import Format
+
     module_name, _, class_name = target.partition(":")
     cls = getattr(importlib.import_module(module_name), class_name)
     if not (isinstance(cls, type) and issubclass(cls, Format)):
@@ -79,35 +101,44 @@ def format_class(name: str) -> type[Format]:
     return cls
 
 
-def loadable(rescan: bool = False) -> Iterator[type[Format]]:
-    """Every registered format class that imports, in detection order."""
+def described(name: str) -> Described:
+    """A format's card: a built-in one's card module (its class stays
+    unimported), an external one's class."""
+    if BUILTIN.get(name) == targets().get(name):
+        card: Card = importlib.import_module(BUILTIN_CARDS[name]).CARD
+        return card
+    return format_class(name)
+
+
+def cards(rescan: bool = False) -> Iterator[Described]:
+    """Every registered format that loads, as its card, in detection order."""
     for name in targets(rescan):
         try:
-            yield format_class(name)
+            yield described(name)
         except (ImportError, AttributeError, FormatError) as exc:
             log.debug("format %s is not usable here: %s", name, exc)
 
 
 def all_options() -> list[Option]:
     """The options of every format, each name once (for the command line)."""
-    return unique(option for cls in loadable() for option in cls.declared_options)
+    return unique(option for card in cards() for option in card.declared_options)
 
 
 def detect(source: Path) -> str:
     """The name of the format whose files `source` holds."""
     if not source.exists():
         raise FormatError(f"{source}: no such file or directory")
-    formats = list(loadable())
-    for cls in formats:
-        if cls.detect(source):
-            return cls.name
+    formats = list(cards())
+    for card in formats:
+        if card.detect(source):
+            return card.name
     # a format registered since the registry was read (a path added at run time)
-    for cls in loadable(rescan=True):
-        if cls not in formats:
-            formats.append(cls)
-            if cls.detect(source):
-                return cls.name
-    looked_for = ", ".join(f"{cls.name} {cls.looks_for}" for cls in formats)
+    for card in cards(rescan=True):
+        if card not in formats:
+            formats.append(card)
+            if card.detect(source):
+                return card.name
+    looked_for = ", ".join(f"{card.name} {card.looks_for}" for card in formats)
     raise FormatError(f"{source}: no known format detected (looked for {looked_for}); use --format")
 
 

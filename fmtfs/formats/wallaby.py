@@ -15,16 +15,15 @@ import struct
 import time
 from collections.abc import Collection, Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
 from fmtfs.formats.files import fsync_path, read_prefix
-from fmtfs.formats.options import TIME_BUCKET
 from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.formats.timerange import native_range
+from fmtfs.formats.wallaby_card import CARD, LOG_MAGIC, is_log
 from fmtfs.shape import encode_name, format_time, parse_time, put_data, take_data
 
-LOG_MAGIC = b"LOG\x01"
 IDX_MAGIC = b"IDX\x01"
 HEADER_16 = struct.Struct("<3sBIq")
 RECORD = struct.Struct("<IIq")
@@ -44,10 +43,6 @@ BUCKET_PATTERN = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-
 
 def index_path(log: Path) -> Path:
     return log.with_name(log.name + ".idx")
-
-
-def is_log(path: Path) -> bool:
-    return path.is_file() and not path.name.endswith(".idx") and read_prefix(path, 4) == LOG_MAGIC
 
 
 def chain_ends_cleanly(data: bytes | mmap.mmap, header: int) -> bool:
@@ -263,18 +258,7 @@ class WallabyLog(Stream):
             return f.read(chunk.end - chunk.start)
 
 
-class WallabyFormat(Format):
-    name: ClassVar[str] = "wallaby"
-    title = "wallaby write-ahead logs"
-    looks_for = "LOG/IDX files"
-    declared_options = (TIME_BUCKET,)
-
-    @classmethod
-    def detect(cls, source: Path) -> bool:
-        if source.is_file():
-            return is_log(source)
-        return any(is_log(p) for p in source.iterdir())
-
+class WallabyFormat(Format, card=CARD):
     def logs(self) -> list[Path]:
         if self.source.is_file():
             return [self.source]

@@ -7,7 +7,15 @@ encoding), payload (payload <-> line mapping, see its docstring), cbor
 key material), lz4stream (the LZ4 container), segment (reading one segment
 in resumable runs), stream, writer, format."""
 
-from fmtfs.formats.beats.format import BeatsFormat
-from fmtfs.formats.beats.keys import derive_key, read_key_file
+from fmtfs.lazyexports import loader
 
 __all__ = ["BeatsFormat", "derive_key", "read_key_file"]
+# loaded on first use: detection and --help import only the format's card
+__getattr__ = loader(
+    __name__,
+    {
+        "BeatsFormat": "fmtfs.formats.beats.format",
+        "derive_key": "fmtfs.formats.beats.keys",
+        "read_key_file": "fmtfs.formats.beats.keys",
+    },
+)

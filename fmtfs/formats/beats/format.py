@@ -3,67 +3,32 @@
 from __future__ import annotations
 
 import re
-import struct
 from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import Format, FormatError, Problem, ReadOnlyView, Stream, ViewSlice, Writer
 from fmtfs.formats.beats import columns
-from fmtfs.formats.beats.keys import KEY_FILE, PASSWORD_VARIABLE, resolve_key
+from fmtfs.formats.beats.card import CARD
+from fmtfs.formats.beats.keys import resolve_key
 from fmtfs.formats.beats.layout import (
     OPT_ENCRYPTED,
+    STATE_FILE,
     HeaderError,
     QueueState,
-    parse_segment_name,
     parse_state,
+    segment_files,
 )
 from fmtfs.formats.beats.segment import KeyNeeded, KeyRejected, Segment
 from fmtfs.formats.beats.stream import SegmentStream, view_path
 from fmtfs.formats.beats.writer import SegmentWriter, create_segment
-from fmtfs.formats.options import TIME_BUCKET
 from fmtfs.formats.schema import ViewSchema
 
-STATE_FILE = "state.dat"
 PENDING = "pending.jsonl"
 _VIEW = re.compile(r"segments/(0|[1-9][0-9]*)\.jsonl")
 
 
-def segment_files(source: Path) -> tuple[list[tuple[int, Path]], list[Problem]]:
-    """(id, path) of every segment, by id; a second file with an id already
-    seen (`7.seg` and `007.seg`) is reported and ignored."""
-    found: dict[int, Path] = {}
-    problems = []
-    try:
-        names = sorted(p.name for p in source.iterdir())
-    except (NotADirectoryError, FileNotFoundError):
-        return [], []
-    for name in names:
-        seg_id = parse_segment_name(name)
-        if seg_id is None or not (source / name).is_file():
-            continue
-        if seg_id in found:
-            problems.append(
-                Problem(name, 0, f"segment id {seg_id} also used by {found[seg_id].name}; ignored")
-            )
-            continue
-        found[seg_id] = source / name
-    return sorted(found.items()), problems
-
-
-class BeatsFormat(Format):
-    name = "beats"
-    title = "Elastic Beats disk queue"
-    looks_for = "<id>.seg segments"
-    declared_options = (KEY_FILE, TIME_BUCKET)
-    environment = (
-        (
-            PASSWORD_VARIABLE,
-            "password of encrypted Beats segments; the AES key is derived from it "
-            "(PBKDF2-HMAC-SHA1, 4096 rounds) unless --key-file is given",
-        ),
-    )
-
+class BeatsFormat(Format, card=CARD):
     def __init__(self, source: Path, options: dict[str, Any]) -> None:
         # the key file (or password) becomes the key once, here: decode
         # workers are handed the options with the key, never re-read the file
@@ -76,27 +41,6 @@ class BeatsFormat(Format):
 
     def public_options(self) -> dict[str, Any]:
         return super().public_options() | {"encrypted_key": self.key is not None}
-
-    # -- detection -------------------------------------------------------------
-
-    @classmethod
-    def detect(cls, source: Path) -> bool:
-        if not source.is_dir():
-            return False
-        segments, _ = segment_files(source)
-        for _, path in segments:
-            with open(path, "rb") as fh:
-                head = fh.read(4)
-            if len(head) == 4 and struct.unpack("<I", head)[0] <= 3:
-                return True
-        state = source / STATE_FILE
-        if state.is_file():
-            try:
-                parse_state(state.read_bytes()[:28])
-                return state.stat().st_size in (20, 28)
-            except ValueError:
-                return False
-        return False
 
     def _check_keys(self) -> None:
         """One clear error for a missing or wrong key, instead of garbage.  A

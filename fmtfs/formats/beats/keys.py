@@ -11,21 +11,11 @@ import string
 from pathlib import Path
 
 from fmtfs.formats.base import FormatError
-from fmtfs.formats.options import Option
+from fmtfs.formats.beats.card import KEY_FILE, PASSWORD_VARIABLE  # noqa: F401 - imported from here too
 from fmtfs.permissions import warn_if_shared
 
 KEY_SIZE = 16
 _HEX = frozenset(string.hexdigits)
-PASSWORD_VARIABLE = "FMTFS_BEATS_PASSWORD"
-
-KEY_FILE = Option(
-    "key_file",
-    "AES-128 key of encrypted Beats segments: 16 raw bytes or 32 hex characters "
-    f"(or set {PASSWORD_VARIABLE})",
-    parse=Path,
-    metavar="FILE",
-    secret=True,
-)
 
 
 def resolve_key(key_file: str | Path | None, key: bytes | None = None) -> bytes | None:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from pathlib import Path
+
+from fmtfs.formats.base import Problem
 
 OPT_ENCRYPTED = 0x1
 OPT_LZ4 = 0x2
@@ -11,6 +14,7 @@ OPT_PROTOBUF = 0x4
 KNOWN_OPTIONS = OPT_ENCRYPTED | OPT_LZ4 | OPT_PROTOBUF
 OPTION_NAMES = {OPT_ENCRYPTED: "aes-128-ctr", OPT_LZ4: "lz4", OPT_PROTOBUF: "protobuf"}
 IV_SIZE = 16
+STATE_FILE = "state.dat"
 MAX_UINT64 = (1 << 64) - 1
 
 
@@ -125,6 +129,28 @@ def parse_segment_name(name: str) -> int | None:
         return None
     value = int(parts[0])
     return value if value <= MAX_UINT64 else None
+
+
+def segment_files(source: Path) -> tuple[list[tuple[int, Path]], list[Problem]]:
+    """(id, path) of every segment, by id; a second file with an id already
+    seen (`7.seg` and `007.seg`) is reported and ignored."""
+    found: dict[int, Path] = {}
+    problems = []
+    try:
+        names = sorted(p.name for p in source.iterdir())
+    except (NotADirectoryError, FileNotFoundError):
+        return [], []
+    for name in names:
+        seg_id = parse_segment_name(name)
+        if seg_id is None or not (source / name).is_file():
+            continue
+        if seg_id in found:
+            problems.append(
+                Problem(name, 0, f"segment id {seg_id} also used by {found[seg_id].name}; ignored")
+            )
+            continue
+        found[seg_id] = source / name
+    return sorted(found.items()), problems
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from fmtfs.formats.base import (
     Writer,
 )
 from fmtfs.formats.gvfs import columns, store
+from fmtfs.formats.gvfs.card import CARD
 from fmtfs.formats.gvfs.journal import (
     HEADER_SIZE,
     Invalid,
@@ -143,15 +144,7 @@ class GvfsJournalWriter(Writer):
         store.sync_journal(self.tree_path)
 
 
-class GvfsFormat(Format):
-    name = "gvfs"
-    title = "gvfs metadata"
-    looks_for = "metadata trees and journals"
-
-    @classmethod
-    def detect(cls, source: Path) -> bool:
-        return store.is_gvfs_folder(source)
-
+class GvfsFormat(Format, card=CARD):
     def _catalog(self) -> store.Catalog:
         return store.catalog(self.source)
 

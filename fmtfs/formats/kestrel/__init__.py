@@ -7,6 +7,8 @@ replay), `files` (what each file in a queue folder is, and their order),
 (reader files), `writers` (writing through the mount), `format` (the Format).
 """
 
-from fmtfs.formats.kestrel.format import KestrelFormat
+from fmtfs.lazyexports import loader
 
 __all__ = ["KestrelFormat"]
+# loaded on first use: detection and --help import only the format's card
+__getattr__ = loader(__name__, {"KestrelFormat": "fmtfs.formats.kestrel.format"})

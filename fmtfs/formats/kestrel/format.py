@@ -43,11 +43,11 @@ from fmtfs.formats.base import (
     Stream,
     Writer,
 )
-from fmtfs.formats.files import read_prefix
 from fmtfs.formats.kestrel import columns
-from fmtfs.formats.kestrel.files import Queue, looks_like_legacy, scan_folder
+from fmtfs.formats.kestrel.card import CARD
+from fmtfs.formats.kestrel.files import Queue, scan_folder
 from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
-from fmtfs.formats.kestrel.records import READER_MAGIC, Corrupt
+from fmtfs.formats.kestrel.records import Corrupt
 from fmtfs.formats.kestrel.shapes import (
     item_record,
     items_view,
@@ -57,43 +57,12 @@ from fmtfs.formats.kestrel.shapes import (
     reader_view,
 )
 from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
-from fmtfs.formats.kestrel.writers import DEFAULT_JOURNAL_SIZE, PutWriter, ReaderWriter
-from fmtfs.formats.options import TIME_BUCKET, Option
+from fmtfs.formats.kestrel.writers import PutWriter, ReaderWriter
 from fmtfs.formats.schema import ViewSchema
 from fmtfs.shape import encode_name
 
-JOURNAL_SIZE = Option(
-    "kestrel_journal_size",
-    "start a new kestrel writer file past this size when writing",
-    parse=int,
-    default=DEFAULT_JOURNAL_SIZE,
-    metavar="BYTES",
-)
 
-
-class KestrelFormat(Format):
-    name = "kestrel"
-    title = "Kestrel journals"
-    looks_for = "<queue>.<n> journals"
-    declared_options = (TIME_BUCKET, JOURNAL_SIZE)
-
-    @classmethod
-    def detect(cls, source: Path) -> bool:
-        """Writer or reader files with their magic; failing those, files
-        that parse as older opcode journals (checked more carefully)."""
-        if not source.is_dir():
-            return False
-        queues = scan_folder(source).values()
-        if any(q.writers for q in queues):
-            return True
-        if any(read_prefix(r.path, 4) == READER_MAGIC for q in queues for r in q.readers):
-            return True
-        return any(
-            f.path.stat().st_size > 0 and looks_like_legacy(f.path, read_prefix(f.path, 1))
-            for q in queues
-            for f in q.legacy
-        )
-
+class KestrelFormat(Format, card=CARD):
     # -- reading -------------------------------------------------------------
 
     def _queues(self) -> dict[str, Queue]:

@@ -12,6 +12,7 @@ from typing import Any
 
 from fmtfs.formats.base import BadRecord, Record, Writer
 from fmtfs.formats.files import fsync_dir
+from fmtfs.formats.kestrel.card import DEFAULT_JOURNAL_SIZE
 from fmtfs.formats.kestrel.files import WriterFile, map_file, scan_folder
 from fmtfs.formats.kestrel.readers import rewrite_reader, validate_state
 from fmtfs.formats.kestrel.records import (
@@ -30,7 +31,6 @@ from fmtfs.formats.kestrel.records import (
 from fmtfs.permissions import inherit
 from fmtfs.shape import parse_time, take_data
 
-DEFAULT_JOURNAL_SIZE = 16 * 1024 * 1024
 _PUT_KEYS = ("id", "add_time", "expire_time", "error_count", "data", "data_base64")
 
 

@@ -19,6 +19,8 @@ Decisions (see the module docstrings for details):
   descriptors in the first new header, a torn tail cut first (writer.py).
 """
 
-from fmtfs.formats.proio.format import ProioFormat
+from fmtfs.lazyexports import loader
 
 __all__ = ["ProioFormat"]
+# loaded on first use: detection and --help import only the format's card
+__getattr__ = loader(__name__, {"ProioFormat": "fmtfs.formats.proio.format"})

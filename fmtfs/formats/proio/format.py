@@ -16,40 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import DerivedRender, Format, FormatError, ReadOnlyView, Stream, Writer
-from fmtfs.formats.files import read_prefix
-from fmtfs.formats.options import Option
 from fmtfs.formats.proio import wire
+from fmtfs.formats.proio.card import CARD, SNIFF_BYTES, is_stream  # noqa: F401 - SNIFF_BYTES: imported from here too
 from fmtfs.formats.proio.reader import ProioStream, _Source, summary, walk_heads
 from fmtfs.formats.proio.schema import Resolver, Resolvers, bundled, load_descriptor_set
 from fmtfs.formats.proio.writer import ProioWriter
 from fmtfs.formats.schema import ViewSchema
 from fmtfs.shape import decode_name, encode_name
 
-# How far into a file detection looks for a bucket magic: a stream whose
-# start is junk or torn is still proio (the reader resyncs at the first
-# magic and reports the skipped bytes), as the reference readers resync.
-SNIFF_BYTES = 64 << 10
 
-
-def _is_stream(path: Path) -> bool:
-    """A `.proio` file (whatever its first bytes), or any file with a bucket
-    magic within its first SNIFF_BYTES."""
-    return path.is_file() and (path.suffix == ".proio" or wire.MAGIC in read_prefix(path, SNIFF_BYTES))
-
-
-class ProioFormat(Format):
-    name = "proio"
-    title = "proio event streams"
-    looks_for = ".proio files or bucket magics"
-    declared_options = (
-        Option(
-            "descriptor_set",
-            "a protobuf FileDescriptorSet for proio streams that carry no descriptors",
-            parse=Path,
-            metavar="FILE",
-        ),
-    )
-
+class ProioFormat(Format, card=CARD):
     def __init__(self, source: Path, options: dict[str, Any]) -> None:
         super().__init__(source, options)
         fallbacks: list[Resolver] = []
@@ -64,16 +40,10 @@ class ProioFormat(Format):
         self._streams: dict[Path, ProioStream] = {}
         self._writers: dict[Path, ProioWriter] = {}
 
-    @classmethod
-    def detect(cls, source: Path) -> bool:
-        if source.is_dir():
-            return any(_is_stream(p) for p in source.iterdir())
-        return _is_stream(source)
-
     def _paths(self) -> list[Path]:
         if self.source.is_file():
             return [self.source]
-        return sorted(p for p in self.source.iterdir() if _is_stream(p))
+        return sorted(p for p in self.source.iterdir() if is_stream(p))
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
