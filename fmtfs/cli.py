@@ -2,7 +2,12 @@
 
 Every command opens the source through the same view layer as the mount, so
 `ls`, `cat` and `info` print the bytes a mount shows.  A user mistake is one
-line on stderr and exit status 1, never a traceback."""
+line on stderr and exit status 1, never a traceback.
+
+The view layer, progress bars, Parquet and FUSE are imported by the
+commands that use them, and the formats are known by their cards
+(fmtfs.formats.card): `fmtfs --help` and the parsing of any command line
+load neither a format's decoding nor the view layer."""
 
 from __future__ import annotations
 
@@ -16,18 +21,19 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from fmtfs import __version__, summary, twinbuilder
+from fmtfs import __version__
 from fmtfs.errors import UserError
 from fmtfs.formats import registry
-from fmtfs.formats.base import Format
-from fmtfs.formats.options import Option
-from fmtfs.index import Progress
 from fmtfs.keptpieces import parse_size
 from fmtfs.mountoptions import expand_options
-from fmtfs.progress import IndexProgress, TwinProgress, native_size, on_terminal
-from fmtfs.views import META_INFO, SourceTree
+
+if TYPE_CHECKING:
+    from fmtfs.formats.base import Format
+    from fmtfs.formats.options import Option
+    from fmtfs.index import Progress
+    from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")
 
@@ -295,6 +301,8 @@ def open_format(args: argparse.Namespace) -> Format:
 def open_tree(
     args: argparse.Namespace, readonly: bool = False, progress: Progress | None = None
 ) -> SourceTree:
+    from fmtfs.views import SourceTree
+
     return SourceTree(
         open_format(args),
         cache_dir(args),
@@ -306,6 +314,9 @@ def open_tree(
 
 def open_tree_showing_progress(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
     """open_tree with a progress bar while it indexes, when stderr is a terminal."""
+    from fmtfs.progress import IndexProgress, native_size, on_terminal
+    from fmtfs.views import SourceTree
+
     fmt = open_format(args)
     workers = os.cpu_count() or 1  # streams are scanned on every core
     keep_limit = args.rendered_cache
@@ -334,6 +345,9 @@ def view_path(text: str) -> str:
 
 
 def cmd_index(args: argparse.Namespace) -> None:
+    from fmtfs import summary
+    from fmtfs.progress import on_terminal
+
     started = time.monotonic()
     tree = open_tree_showing_progress(args)
     seconds = time.monotonic() - started
@@ -357,6 +371,9 @@ def cmd_index(args: argparse.Namespace) -> None:
 def build_twins_showing_progress(tree: SourceTree) -> None:
     """The Parquet twins not on disk yet, so that a mount lists and serves
     them at once (a bar on a terminal, one line when done)."""
+    from fmtfs import twinbuilder
+    from fmtfs.progress import TwinProgress, on_terminal
+
     started = time.monotonic()
     bar = TwinProgress() if on_terminal() else None
     try:
@@ -368,6 +385,9 @@ def build_twins_showing_progress(tree: SourceTree) -> None:
 
 
 def cmd_info(args: argparse.Namespace) -> None:
+    from fmtfs import summary
+    from fmtfs.views import META_INFO
+
     tree = open_tree(args)
     if args.json:
         sys.stdout.buffer.write(tree.read(META_INFO, 0, tree.size(META_INFO)))

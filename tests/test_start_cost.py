@@ -1,14 +1,92 @@
 """What a command does before its real work (the fixed start cost of every
-`fmtfs` command): the problems it waits for before serving or printing."""
+`fmtfs` command): which modules parsing and detection import, and the
+problems a command waits for before serving or printing."""
 
 from __future__ import annotations
 
+import importlib
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
+import pytest
 
+from fmtfs.formats import registry
 from tests.conftest import FIXTURES
 from tests.mounting import fmtfs, mounted
+
+# each built-in format's own module (its decoding), which only opening that format loads
+FORMAT_MODULES = {
+    "beats": "fmtfs.formats.beats.format",
+    "kestrel": "fmtfs.formats.kestrel.format",
+    "wallaby": "fmtfs.formats.wallaby",
+    "gvfs": "fmtfs.formats.gvfs.format",
+    "proio": "fmtfs.formats.proio.format",
+}
+VIEW_LAYER = ("fmtfs.views", "fmtfs.index", "fmtfs.decoders", "pyfuse3", "trio", "pyarrow", "tqdm")
+
+
+def loaded_after(code: str) -> set[str]:
+    """The modules a fresh interpreter holds after running `code`."""
+    done = subprocess.run(
+        [sys.executable, "-c", code + "\nimport sys; print('\\n'.join(sys.modules))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return set(done.stdout.split())
+
+
+def test_help_and_parsing_load_no_format_and_no_view_layer(tmp_path: Path) -> None:
+    code = f"""
+from fmtfs import cli
+try:
+    cli.build_parser().parse_args(["mount", "--help"])  # every format's options
+except SystemExit:
+    pass
+words = ["mount", "SRC", "MNT", "--key-file", "{tmp_path}/k", "--time-bucket", "day"]
+args = cli.build_parser().parse_args(cli.command_line(words + ["-o", "ro,descriptor_set=x"]))
+assert args.time_bucket == "day" and args.descriptor_set == Path("x") and str(args.key_file).endswith("/k")
+"""
+    loaded = loaded_after("from pathlib import Path\n" + code)
+    assert "fmtfs.cli" in loaded and "fmtfs.formats.registry" in loaded
+    assert loaded.isdisjoint(FORMAT_MODULES.values()), loaded & set(FORMAT_MODULES.values())
+    assert loaded.isdisjoint(VIEW_LAYER), loaded & set(VIEW_LAYER)
+
+
+def _sample(name: str, folder: Path) -> Path:
+    folder.mkdir(parents=True)
+    importlib.import_module(f"fmtfs.samples.{name}").generate(folder, 50)
+    return folder
+
+
+def test_cards_say_what_the_classes_say(tmp_path: Path) -> None:
+    # a built-in format's class takes its card's facts (Format(card=...))
+    samples = {name: _sample(name, tmp_path / name) for name in registry.BUILTIN}
+    facts = ("name", "title", "looks_for", "declared_options", "environment")
+    for name in registry.BUILTIN:
+        card, cls = registry.described(name), registry.format_class(name)
+        assert card is not cls
+        assert [getattr(card, f) for f in facts] == [getattr(cls, f) for f in facts]
+        detected = {other: cls.detect(source) for other, source in samples.items()}
+        assert detected == {other: other == name for other in samples}
+        assert detected == {other: card.detect(source) for other, source in samples.items()}
+
+
+@pytest.mark.parametrize("name", list(FORMAT_MODULES))
+def test_detecting_and_opening_load_that_format_alone(name: str, tmp_path: Path) -> None:
+    source = _sample(name, tmp_path / "src")
+    detect = f"""
+from pathlib import Path
+from fmtfs.formats import registry
+assert registry.detect(Path("{source}")) == "{name}"
+"""
+    detected = loaded_after(detect)
+    assert detected.isdisjoint(FORMAT_MODULES.values()), detected & set(FORMAT_MODULES.values())
+    opened = loaded_after(detect + f'registry.open_source(Path("{source}"), None, {{}})')
+    assert FORMAT_MODULES[name] in opened
+    assert opened.isdisjoint(m for other, m in FORMAT_MODULES.items() if other != name)
 
 
 def _looping_gvfs_tree(folder: Path) -> Path:
