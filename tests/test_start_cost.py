@@ -5,6 +5,7 @@ problems a command waits for before serving or printing."""
 from __future__ import annotations
 
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,8 +14,9 @@ import orjson
 import pytest
 
 from fmtfs.formats import registry
+from fmtfs.samples.wallaby import generate as wallaby_sample
 from tests.conftest import FIXTURES
-from tests.mounting import fmtfs, mounted
+from tests.mounting import fmtfs, mounted, unmount
 
 # each built-in format's own module (its decoding), which only opening that format loads
 FORMAT_MODULES = {
@@ -120,3 +122,45 @@ def test_gvfs_mount_lists_tree_damage_in_errors_file(tmp_path: Path) -> None:
         document = orjson.loads((mnt / "_fmtfs.json").read_bytes())
     assert any(p["file"] == "home" and "loop" in p["error"] for p in problems)
     assert document["errors"] == len(problems)
+
+
+def _processes_naming(path: Path) -> list[int]:
+    """Live processes whose command line names `path` (a mount's server)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and str(path).encode() in (entry / "cmdline").read_bytes():
+                found.append(int(entry.name))
+        except OSError:
+            continue  # ended meanwhile
+    return found
+
+
+def test_a_mount_failing_while_it_indexes_leaves_no_server(tmp_path: Path) -> None:
+    # the server is forked before the command indexes: it must end with it
+    source = tmp_path / "junk"
+    source.mkdir()
+    (source / "x.bin").write_bytes(b"junk" * 100)
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    done = fmtfs("mount", source, mountpoint, "--cache-dir", tmp_path / "c", check=False)
+    message = done.stderr.decode()
+    assert done.returncode == 1 and message.count("\n") == 1 and "no known format detected" in message
+    assert not os.path.ismount(mountpoint) and _processes_naming(mountpoint) == []
+
+
+def test_a_mount_warns_of_damage_met_while_indexing_then_serves(tmp_path: Path) -> None:
+    (tmp_path / "torn").mkdir()
+    source = wallaby_sample(tmp_path / "torn", 20)
+    log = source / "events.log"
+    log.write_bytes(log.read_bytes()[:-5])
+    mountpoint = tmp_path / "mnt"
+    mountpoint.mkdir()
+    done = fmtfs("mount", source, mountpoint, "--cache-dir", tmp_path / "c")
+    try:
+        assert "warning: events.log at offset" in done.stderr.decode()
+        lines = (mountpoint / "events.log" / "records.jsonl").read_bytes().splitlines()
+        assert len(lines) == 19 and _processes_naming(mountpoint)
+    finally:
+        unmount(mountpoint)
+    assert not os.path.ismount(mountpoint)
