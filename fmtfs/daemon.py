@@ -43,7 +43,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
             f"FUSE refused the mount (check the -o options: {','.join(options) or 'none'}): {exc}"
         ) from None
     log.info("serving %s at %s (pid %d)", tree.format.source, mountpoint, os.getpid())
-    tree.decode_in_workers()  # started on the first chunk a reader misses
+    tree.decode_in_workers()  # now, or with the first piece to decode if all are kept
     try:
         start_builder(tree)  # Parquet twins not on disk yet, in the background
         if ready is not None:

@@ -359,6 +359,18 @@ class Index:
         # them is not asked at every mount
         return self.kept.limit - self.kept.size() > sum(size for _, size in sizes)
 
+    def all_kept(self) -> bool:
+        """Whether every piece of every indexed view is kept: reading them
+        decodes nothing."""
+        with self.lock:
+            entries = list(self.entries.values())
+        return all(
+            (view, seq) in entry.kept
+            for entry in entries
+            for view, pieces in entry.views.items()
+            for seq in pieces.seqs
+        )
+
     def _settled(self, identity: FileIdentity) -> bool:
         """Whether a file has not changed for a while: its scan keeps its last chunk too."""
         return time.time_ns() - identity.mtime_ns > SETTLED_NS

@@ -513,11 +513,16 @@ class SourceTree:
         self.refresh(force=True)
 
     def decode_in_workers(self) -> None:
-        """Decode chunks in worker processes from now on (the mount does),
-        started now so that the first reads do not wait for them."""
+        """Decode chunks in worker processes from now on (the mount does).
+        They start now, so that the first reads do not wait for them, if a
+        piece of an indexed view is not kept (fmtfs.keptpieces): a source
+        whose pieces are all kept starts them only once a piece must be
+        decoded after all (its first reader decodes it meanwhile), since two
+        idle workers and multiprocessing's tracker cost the mount 60 MB."""
         if self.pool is None:
             self.pool = DecodePool(self.format)
-        self.pool.start()
+        if not self.index.all_kept():
+            self.pool.start()
         self.index.pool = self.pool
         self.keep_rendered_on_disk()
 

@@ -363,3 +363,42 @@ def test_a_full_disk_keeps_nothing_and_fails_nothing(
     finally:
         store.close()
         subprocess.run(["umount", "-l", str(disk)], check=True)
+
+
+def mount_processes(mnt: Path) -> list[str]:
+    """The command lines of the process serving `mnt` and its descendants."""
+    tables = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue
+            tables[int(entry.name)] = (parent, argv)
+    (root,) = [pid for pid, (_, argv) in tables.items() if " mount " in argv and str(mnt) in argv]
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(tables[pid][1])
+        todo += [child for child, (parent, _) in tables.items() if parent == pid]
+    return tree
+
+
+def test_a_mount_of_kept_pieces_starts_decode_workers_only_when_a_piece_needs_them(tmp_path: Path) -> None:
+    source = sample("wallaby", tmp_path, 20000)
+    cache = tmp_path / "cache"
+    fmtfs("index", source, "--cache-dir", cache, "--no-parquet", "-q")
+    with mounted(source, cache_dir=cache) as mnt:
+        assert (mnt / RECORDS).read_bytes() == fmtfs("cat", source, RECORDS, "--cache-dir", cache).stdout
+        assert not [argv for argv in mount_processes(mnt) if "spawn_main" in argv]  # nothing decoded
+        # the producer appends: the new chunks are decoded (the workers start then)
+        WallabyWriter(source / "events.log").write(
+            [{"time": START_NS + i, "data": f"grown {i}"} for i in range(20000)]
+        )
+        deadline = time.monotonic() + 10
+        grown = (mnt / RECORDS).read_bytes()
+        while b"grown 19999" not in grown and time.monotonic() < deadline:
+            time.sleep(0.2)
+            grown = (mnt / RECORDS).read_bytes()
+        assert grown == fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "other").stdout
