@@ -423,3 +423,42 @@ def test_data_source_typed_columns_follow_the_declared_schema(spark, sources, na
         assert df.count() == twin.count() > 0
         assert df.exceptAll(twin).count() == 0 and twin.exceptAll(df).count() == 0, rel_view
     assert checked or name == "proio"  # proio declares no time nor bytes its sample shows
+
+
+def fmtfs_read(spark, name: str, source: Path, cache: Path, view: str, **options: str):
+    reader = spark.read.format("fmtfs").option("format", name).option("view", view)
+    reader = reader.option("timeBucket", "hour").option("cacheDir", str(cache))
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(str(source))
+
+
+@pytest.mark.parametrize("name", FORMATS)
+def test_kept_batches_give_the_decoded_rows_again(spark, sources, name, tmp_path) -> None:
+    """A first read keeps each chunk's Arrow batch under cacheDir (derived
+    views, computed whole, keep none); a second read loads them (their use
+    time moves) and gives exactly the rows of the first and of a read that
+    keeps nothing (keptBytes=0)."""
+    from fmtfs.spark import FmtfsDataSource, open_tree, view_files
+    from fmtfs.spark.kept import kept_dir
+    from fmtfs.spark.plan import is_chunked
+
+    spark.dataSource.register(FmtfsDataSource)
+    source, _, mnt = sources[name]
+    for i, rel in enumerate(view_folders(mnt)):
+        cache = tmp_path / f"cache-{i}"  # this folder's batches alone
+        first = fmtfs_read(spark, name, source, cache, rel)
+        rows = first.collect()
+        kept = sorted(kept_dir({"cachedir": str(cache)}).rglob("*.arrow"))
+        tree = open_tree({"path": str(source), "format": name, "timebucket": "hour", "cachedir": str(cache)})
+        assert bool(kept) == any(is_chunked(tree.files[v]) for v in view_files(tree, rel)), rel
+        for path in kept:
+            os.utime(path, (0, 0))
+        again = fmtfs_read(spark, name, source, cache, rel)
+        assert again.count() == len(rows), rel
+        assert all(path.stat().st_mtime > 0 for path in kept), rel  # each loaded
+        decoded = fmtfs_read(spark, name, source, tmp_path / "none", rel, keptBytes="0")
+        assert decoded.count() == len(rows), rel
+        assert not kept_dir({"cachedir": str(tmp_path / "none")}).exists(), rel
+        for a, b in ((again, first), (again, decoded), (decoded, again)):
+            assert a.exceptAll(b).count() == 0, rel

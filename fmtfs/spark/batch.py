@@ -6,13 +6,15 @@ from __future__ import annotations
 import gc
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from fmtfs.spark.plan import DerivedPartition, is_chunked, partition_records, plan_partitions
-from fmtfs.spark.source import Options, open_tree, view_files
+from fmtfs.spark.plan import DerivedPartition, chunk_records, is_chunked, partition_records, plan_partitions
+from fmtfs.spark.source import Options, current_streams, format_for, open_tree, view_files
 from fmtfs.spark.timefilter import TimeTest, time_tests
 from fmtfs.spark.trace import step
 
@@ -26,6 +28,16 @@ def time_columns(tree, views: list[str]) -> set[str]:
     return {c.time_field[0] for f in files if is_chunked(f) for c in f.chunks() if c.time_field}
 
 
+@dataclass
+class _Tally:
+    """What a task did, for its trace line."""
+
+    rows: int = 0
+    decode: float = 0.0  # seconds decoding native records
+    arrow: float = 0.0  # seconds converting them to Arrow
+    kept: int = 0  # chunks whose batch was kept from an earlier read
+
+
 def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, partition: InputPartition):
     """Arrow batches of one partition, of exactly `schema` (executors)."""
     if isinstance(partition, DerivedPartition) and partition.view == "":
@@ -33,34 +45,64 @@ def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, p
     with step("read", chunks=len(getattr(partition, "chunks", ()))) as facts:
         from pyspark.sql.pandas.types import to_arrow_schema
 
-        from fmtfs.spark.schema import to_batch
-
         expected = to_arrow_schema(schema, timezone="UTC")
-        chunks = partition_records(opts, partition)
-        decoding = converting = 0.0
-        rows = 0
-        while True:
-            # A chunk's records are thousands of fresh dicts that cannot form a
-            # cycle: with the cyclic GC on, a collection after every decode
-            # walks them all (py-spy: a tenth of a Spark task).  Paused while
-            # they live, and freed before it resumes, they are never scanned.
-            gc.disable()
-            try:
-                began = time.perf_counter()
-                records = next(chunks, None)
-                if records is None:
-                    break
-                decoded = time.perf_counter()
-                batch = to_batch(records, expected, inferred) if records else None
-                rows += len(records)
-                del records
-                converting += time.perf_counter() - decoded
-                decoding += decoded - began
-            finally:
-                gc.enable()
+        tally = _Tally()
+        if isinstance(partition, DerivedPartition):  # computed whole: one batch
+            batch = _converted(
+                partial(next, partition_records(opts, partition), None), expected, inferred, tally
+            )
             if batch is not None:
                 yield batch
-        facts.update(rows=rows, decode=f"{decoding:.3f}", arrow=f"{converting:.3f}")
+        else:
+            yield from _chunk_batches(opts, partition, expected, inferred, tally)
+        facts.update(
+            rows=tally.rows, decode=f"{tally.decode:.3f}", arrow=f"{tally.arrow:.3f}", kept=tally.kept
+        )
+
+
+def _chunk_batches(opts: Options, partition, expected, inferred: Inferred | None, tally: _Tally):
+    """Each chunk's batch: kept from an earlier read, else decoded (and kept)."""
+    from fmtfs.spark.kept import KeptBatches
+
+    streams = current_streams(opts)
+    kept = KeptBatches(opts, format_for(opts), expected, inferred)
+    for chunk in partition.chunks:
+        stream = streams.get(chunk.stream)
+        key = kept.key(stream, chunk) if stream is not None else None
+        batch = kept.load(key)
+        if batch is not None:
+            tally.kept += 1
+            tally.rows += batch.num_rows
+        else:
+            decode = partial(chunk_records, opts, streams, chunk, partition.vanish_ok)
+            batch = _converted(decode, expected, inferred, tally)
+            if batch is not None:
+                kept.store(key, batch)
+        if batch is not None:
+            yield batch
+
+
+def _converted(decode, expected, inferred: Inferred | None, tally: _Tally):
+    """decode()'s records as one Arrow batch (None: no records)."""
+    from fmtfs.spark.schema import to_batch
+
+    # A chunk's records are thousands of fresh dicts that cannot form a
+    # cycle: with the cyclic GC on, a collection after every decode walks
+    # them all (py-spy: a tenth of a Spark task).  Paused while they live,
+    # and freed before it resumes, they are never scanned.
+    gc.disable()
+    try:
+        began = time.perf_counter()
+        records = decode()
+        decoded = time.perf_counter()
+        batch = to_batch(records, expected, inferred) if records else None
+        tally.rows += len(records) if records else 0
+        del records
+        tally.arrow += time.perf_counter() - decoded
+        tally.decode += decoded - began
+    finally:
+        gc.enable()
+    return batch
 
 
 class _PushFilters:
@@ -104,6 +146,9 @@ class FmtfsReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         with step("partitions") as facts:
+            from fmtfs.spark.kept import trim
+
+            trim(self.opts)  # the kept batches within their limit before tasks add more
             tree = open_tree(self.opts)
             views = view_files(tree, self.opts["view"])
             planned = plan_partitions(tree, views, self.opts, self.tests) or [DerivedPartition("")]

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
@@ -108,16 +109,23 @@ def partition_records(opts: Options, partition: InputPartition) -> Iterator[list
         return
     streams = current_streams(opts)
     for chunk in partition.chunks:
-        stream = streams.get(chunk.stream)
-        try:
-            if stream is None:
-                raise FileNotFoundError(chunk.stream)
-            records = chunk.records(stream)
-        except FileNotFoundError:
-            if partition.vanish_ok:
-                log.warning("fmtfs: stream %s vanished before it was read", chunk.stream)
-                continue
-            raise FileNotFoundError(
-                f"fmtfs: stream {chunk.stream} disappeared from {format_for(opts).source}"
-            ) from None
-        yield records
+        records = chunk_records(opts, streams, chunk, partition.vanish_ok)
+        if records is not None:
+            yield records
+
+
+def chunk_records(opts: Options, streams: dict[str, Any], chunk, vanish_ok: bool) -> list[dict] | None:
+    """One chunk's records of its view, decoded from the stream it names
+    (None: the stream vanished and the partition allows it)."""
+    stream = streams.get(chunk.stream)
+    try:
+        if stream is None:
+            raise FileNotFoundError(chunk.stream)
+        return chunk.records(stream)
+    except FileNotFoundError:
+        if vanish_ok:
+            log.warning("fmtfs: stream %s vanished before it was read", chunk.stream)
+            return None
+        raise FileNotFoundError(
+            f"fmtfs: stream {chunk.stream} disappeared from {format_for(opts).source}"
+        ) from None
