@@ -97,3 +97,8 @@ def test_an_unreadable_kept_batch_is_decoded_again(wallaby) -> None:
     path = next(kept_dir(wallaby).rglob(f"{key}.arrow"))
     path.write_bytes(path.read_bytes()[:20])  # cut short (a full disk, a crash)
     assert kept.load(key) is None
+
+
+def test_a_bad_kept_bytes_option_is_a_clear_error(wallaby) -> None:
+    with pytest.raises(ValueError, match="keptBytes must be a number of bytes"):
+        trim(wallaby | {"keptbytes": "lots"})

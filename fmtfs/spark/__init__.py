@@ -16,7 +16,8 @@ source on shared storage with no FUSE mount anywhere.
 Modules: `source` (options -> a format, a view tree), `plan` (partitions
 from chunks, read on executors), `schema` (columns, sampled inference,
 Arrow batches), `timefilter` (pushed time comparisons vs chunk time
-ranges), `batch` and `streaming` (the two readers), `datasource` (the
+ranges), `kept` (decoded chunks' Arrow batches kept for the next query),
+`batch` and `streaming` (the two readers), `datasource` (the
 DataSource Spark instantiates), `trace` (timestamps of each step, for
 profiling: FMTFS_SPARK_TRACE).
 
@@ -33,7 +34,9 @@ inferChunks (chunks sampled for the schema, default 8, or `all`),
 partitionBytes (rendered bytes per input partition; default Spark's rule
 for files: min(128 MiB, max(4 MiB, bytes / cores))), parallelism (the
 cores that rule divides by; default the driver's), chunksPerPartition (a
-fixed number of chunks per partition instead)."""
+fixed number of chunks per partition instead), keptBytes (the cap on the
+decoded chunks' Arrow batches kept under cacheDir for the next query,
+default 2 GiB, 0: none; `kept`)."""
 
 from __future__ import annotations
 

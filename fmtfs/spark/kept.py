@@ -42,7 +42,12 @@ HEAD_BYTES = 4096  # a file's header: segment options, encryption IV
 
 def kept_bytes(opts: Options) -> int:
     value = opts.get("keptbytes")
-    return DEFAULT_KEPT_BYTES if value is None else max(0, int(value))
+    if value is None:
+        return DEFAULT_KEPT_BYTES
+    try:
+        return max(0, int(value))
+    except ValueError:
+        raise ValueError(f"fmtfs data source: keptBytes must be a number of bytes, not {value!r}") from None
 
 
 def kept_dir(opts: Options) -> Path:
@@ -124,7 +129,7 @@ class KeptBatches:
             ):
                 out.write_batch(batch)
             os.replace(tmp, path)
-        except OSError:
+        except (OSError, pa.ArrowException):
             tmp.unlink(missing_ok=True)
 
 
