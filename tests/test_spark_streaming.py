@@ -16,6 +16,7 @@ import pytest
 from fmtfs.formats import open_source
 from fmtfs.formats.kestrel.records import WRITER_MAGIC
 from fmtfs.render import parse_lines
+from fmtfs.spark.kept import kept_dir
 from fmtfs.views import SourceTree
 from tests.sparking import fmtfs_session, stream_available_now
 
@@ -122,6 +123,7 @@ def test_restarted_queries_deliver_every_appended_record_once(spark, tmp_path, n
     )
     assert delivered.count() == len(expected) > 0
     assert delivered.exceptAll(want).count() == 0 and want.exceptAll(delivered).count() == 0
+    assert not kept_dir({"cachedir": str(cache)}).exists()  # micro-batches keep no batches
     if name == "beats":  # segment 0 was deleted after its records were delivered
         assert not (source / "0.seg").exists()
         assert any(path == "segments/0.jsonl" for path, _ in expected)

@@ -38,8 +38,11 @@ class _Tally:
     kept: int = 0  # chunks whose batch was kept from an earlier read
 
 
-def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, partition: InputPartition):
-    """Arrow batches of one partition, of exactly `schema` (executors)."""
+def read_batches(
+    opts: Options, schema: StructType, inferred: Inferred | None, partition: InputPartition, keep: bool = True
+):
+    """Arrow batches of one partition, of exactly `schema` (executors);
+    `keep`: load and keep chunks' batches (fmtfs.spark.kept)."""
     if isinstance(partition, DerivedPartition) and partition.view == "":
         return  # a view with no records at all
     with step("read", chunks=len(getattr(partition, "chunks", ()))) as facts:
@@ -54,18 +57,18 @@ def read_batches(opts: Options, schema: StructType, inferred: Inferred | None, p
             if batch is not None:
                 yield batch
         else:
-            yield from _chunk_batches(opts, partition, expected, inferred, tally)
+            yield from _chunk_batches(opts, partition, expected, inferred, tally, keep)
         facts.update(
             rows=tally.rows, decode=f"{tally.decode:.3f}", arrow=f"{tally.arrow:.3f}", kept=tally.kept
         )
 
 
-def _chunk_batches(opts: Options, partition, expected, inferred: Inferred | None, tally: _Tally):
+def _chunk_batches(opts: Options, partition, expected, inferred: Inferred | None, tally: _Tally, keep: bool):
     """Each chunk's batch: kept from an earlier read, else decoded (and kept)."""
     from fmtfs.spark.kept import KeptBatches
 
     streams = current_streams(opts)
-    kept = KeptBatches(opts, format_for(opts), expected, inferred)
+    kept = KeptBatches(opts, format_for(opts), expected, inferred, keep)
     for chunk in partition.chunks:
         stream = streams.get(chunk.stream)
         key = kept.key(stream, chunk) if stream is not None else None

@@ -19,7 +19,8 @@ file replaced or rewritten under the same name and range is decoded anew.
 
 Bounded: option `keptBytes` (default 2 GiB; 0 keeps nothing, and nothing
 is read) caps the folder, oldest-used batches first; the driver trims it
-when it plans a read (`trim`).  A batch that cannot be written or read (a
+when it plans a read (`trim`).  Streaming micro-batches keep nothing: each
+reads records no query has read before.  A batch that cannot be written or read (a
 read-only or full cacheDir on an executor) is decoded as if never kept."""
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def kept_dir(opts: Options) -> Path:
 class KeptBatches:
     """The kept batches of one read (one source, options and schema)."""
 
-    def __init__(self, opts: Options, fmt, schema: pa.Schema, typing: object) -> None:
+    def __init__(self, opts: Options, fmt, schema: pa.Schema, typing: object, keep: bool = True) -> None:
         self.folder = kept_dir(opts)
-        self.enabled = kept_bytes(opts) > 0
+        self.enabled = keep and kept_bytes(opts) > 0
         self.prefix = digest(
             __version__,
             fmt.name,

@@ -103,7 +103,8 @@ class FmtfsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return pack(chunks, self.opts, vanish_ok=True)
 
     def read(self, partition: InputPartition):
-        return read_batches(self.opts, self.schema, self.inferred, partition)
+        # micro-batches read each record once: nothing worth keeping (nor trimmed by streams)
+        return read_batches(self.opts, self.schema, self.inferred, partition, keep=False)
 
     def commit(self, end: Offset) -> None:
         """Nothing to release: offsets name records of files that only grow."""
