@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import shutil
 import sys
 import zlib
 from collections import Counter
@@ -447,10 +448,12 @@ def test_kept_batches_give_the_decoded_rows_again(spark, sources, name, tmp_path
     source, _, mnt = sources[name]
     for i, rel in enumerate(view_folders(mnt)):
         cache = tmp_path / f"cache-{i}"  # this folder's batches alone
+        opts = {"path": str(source), "format": name, "timebucket": "hour", "cachedir": str(cache)}
+        tree = open_tree(opts)
+        shutil.rmtree(cache / "rendered")  # no rendered lines kept (fmtfs.spark.pieces): chunks decode
         first = fmtfs_read(spark, name, source, cache, rel)
         rows = first.collect()
         kept = sorted(kept_dir({"cachedir": str(cache)}).rglob("*.arrow"))
-        tree = open_tree({"path": str(source), "format": name, "timebucket": "hour", "cachedir": str(cache)})
         assert bool(kept) == any(is_chunked(tree.files[v]) for v in view_files(tree, rel)), rel
         for path in kept:
             os.utime(path, (0, 0))

@@ -36,6 +36,7 @@ class _Tally:
     decode: float = 0.0  # seconds decoding native records
     arrow: float = 0.0  # seconds converting them to Arrow
     kept: int = 0  # chunks whose batch was kept from an earlier read
+    pieces: int = 0  # chunks parsed from their kept rendered lines
 
 
 def read_batches(
@@ -64,25 +65,47 @@ def read_batches(
 
 
 def _chunk_batches(opts: Options, partition, expected, inferred: Inferred | None, tally: _Tally, keep: bool):
-    """Each chunk's batch: kept from an earlier read, else decoded (and kept)."""
+    """Each chunk's batch: parsed from the lines the index kept for it
+    (fmtfs.spark.pieces: 3-7x cheaper than decoding, nothing more to keep),
+    else a batch kept by an earlier read, else decoded (and kept)."""
     from fmtfs.spark.kept import KeptBatches
+    from fmtfs.spark.pieces import RenderedPieces
 
     streams = current_streams(opts)
     kept = KeptBatches(opts, format_for(opts), expected, inferred, keep)
-    for chunk in partition.chunks:
-        stream = streams.get(chunk.stream)
-        key = kept.key(stream, chunk) if stream is not None else None
-        batch = kept.load(key)
-        if batch is not None:
-            tally.kept += 1
-            tally.rows += batch.num_rows
-        else:
-            decode = partial(chunk_records, opts, streams, chunk, partition.vanish_ok)
-            batch = _converted(decode, expected, inferred, tally)
+    # JSON-typed columns only: typed ones (types=parquet) follow the records' plan
+    pieces = RenderedPieces.open(partition.store, partition.pieces) if inferred is None else None
+    try:
+        for i, chunk in enumerate(partition.chunks):
+            batch = _from_piece(pieces, i, chunk, expected, tally) if pieces is not None else None
+            if batch is None:  # no piece: a batch kept by an earlier read, else decoded (and kept)
+                stream = streams.get(chunk.stream)
+                key = kept.key(stream, chunk) if stream is not None else None
+                batch = kept.load(key)
+                if batch is not None:
+                    tally.kept += 1
+                    tally.rows += batch.num_rows
+                else:
+                    decode = partial(chunk_records, opts, streams, chunk, partition.vanish_ok)
+                    batch = _converted(decode, expected, inferred, tally)
+                    if batch is not None:
+                        kept.store(key, batch)
             if batch is not None:
-                kept.store(key, batch)
-        if batch is not None:
-            yield batch
+                yield batch
+    finally:
+        if pieces is not None:
+            pieces.close()
+
+
+def _from_piece(pieces, i: int, chunk, expected, tally: _Tally):
+    """Chunk `i`'s batch parsed from its kept rendered lines (None: none)."""
+    began = time.perf_counter()
+    batch = pieces.batch(i, chunk, expected)
+    if batch is not None:
+        tally.pieces += 1
+        tally.rows += batch.num_rows
+        tally.arrow += time.perf_counter() - began
+    return batch
 
 
 def _converted(decode, expected, inferred: Inferred | None, tally: _Tally):

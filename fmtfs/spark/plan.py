@@ -39,6 +39,10 @@ class ChunkPartition(InputPartition):
     def __init__(self, chunks: list, vanish_ok: bool = False) -> None:
         self.chunks = chunks
         self.vanish_ok = vanish_ok
+        # where the index kept each chunk's rendered lines (fmtfs.spark.pieces):
+        # the store file's path and one Kept (or None) per chunk
+        self.store: str | None = None
+        self.pieces: list | None = None
 
 
 class DerivedPartition(InputPartition):
@@ -87,14 +91,32 @@ def plan_partitions(tree, views: list[str], opts: Options, tests: list[TimeTest]
     chunked views (those a time filter cannot rule out) packed, and one
     partition per derived view."""
     chunks: list = []
+    kept: dict[int, Any] = {}  # id(chunk) -> where its rendered lines are kept
     derived: list[InputPartition] = []
     for view in views:
         file = tree.files[view]
         if is_chunked(file):
-            chunks += [c for c in file.chunks() if not tests or chunk_may_match(tests, c.time_field, c.times)]
+            for c in file.chunks():
+                if not tests or chunk_may_match(tests, c.time_field, c.times):
+                    chunks.append(c)
+                    kept[id(c)] = _kept_piece(file, c)
         else:
             derived.append(DerivedPartition(view))
-    return pack(chunks, opts) + derived
+    packed = pack(chunks, opts)
+    store = tree.index.kept
+    for partition in packed if store is not None else ():
+        partition.store = str(store.path)
+        partition.pieces = [kept[id(c)] for c in partition.chunks]
+    return packed + derived
+
+
+def _kept_piece(file, chunk):
+    """Where the index kept `chunk`'s rendered lines (fmtfs.keptpieces), or None."""
+    from fmtfs.views import SlicedFile
+
+    if isinstance(file, SlicedFile):  # the part of the slice the chunk is of
+        file = next(f for f, _ in file.parts if f.stream.name == chunk.stream and f.view == chunk.view)
+    return file.entry.kept.get((chunk.view, chunk.seq))
 
 
 def partition_records(opts: Options, partition: InputPartition) -> Iterator[list[dict]]:
