@@ -16,8 +16,9 @@ source on shared storage with no FUSE mount anywhere.
 Modules: `source` (options -> a format, a view tree), `plan` (partitions
 from chunks, read on executors), `schema` (columns, sampled inference,
 Arrow batches), `timefilter` (pushed time comparisons vs chunk time
-ranges), `kept` (decoded chunks' Arrow batches kept for the next query),
-`batch` and `streaming` (the two readers), `datasource` (the
+ranges), `pieces` (a chunk parsed from the JSON lines the index kept for
+it, instead of decoded), `kept` (decoded chunks' Arrow batches kept for the
+next query), `batch` and `streaming` (the two readers), `datasource` (the
 DataSource Spark instantiates), `trace` (timestamps of each step, for
 profiling: FMTFS_SPARK_TRACE).
 
