@@ -33,7 +33,7 @@ SPARK_FIGURES = {
     "spark_glob_second",
     "data_source",
     "data_source_again",
-    "data_source_decoded",
+    "data_source_unkept",
     "time_filter",
     "spark_parquet",
 }
