@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import importlib
 import os
-import shutil
 import sys
 import zlib
 from collections import Counter
@@ -436,7 +435,8 @@ def fmtfs_read(spark, name: str, source: Path, cache: Path, view: str, **options
 
 @pytest.mark.parametrize("name", FORMATS)
 def test_kept_batches_give_the_decoded_rows_again(spark, sources, name, tmp_path) -> None:
-    """A first read keeps each chunk's Arrow batch under cacheDir (derived
+    """A first read keeps each decoded chunk's Arrow batch under cacheDir
+    (typed columns: no chunk is parsed from the index's kept lines; derived
     views, computed whole, keep none); a second read loads them (their use
     time moves) and gives exactly the rows of the first and of a read that
     keeps nothing (keptBytes=0)."""
@@ -450,17 +450,17 @@ def test_kept_batches_give_the_decoded_rows_again(spark, sources, name, tmp_path
         cache = tmp_path / f"cache-{i}"  # this folder's batches alone
         opts = {"path": str(source), "format": name, "timebucket": "hour", "cachedir": str(cache)}
         tree = open_tree(opts)
-        shutil.rmtree(cache / "rendered")  # no rendered lines kept (fmtfs.spark.pieces): chunks decode
-        first = fmtfs_read(spark, name, source, cache, rel)
+        # typed columns: every chunk decoded (the index's kept lines serve JSON-typed ones only)
+        first = fmtfs_read(spark, name, source, cache, rel, types="parquet")
         rows = first.collect()
         kept = sorted(kept_dir({"cachedir": str(cache)}).rglob("*.arrow"))
         assert bool(kept) == any(is_chunked(tree.files[v]) for v in view_files(tree, rel)), rel
         for path in kept:
             os.utime(path, (0, 0))
-        again = fmtfs_read(spark, name, source, cache, rel)
+        again = fmtfs_read(spark, name, source, cache, rel, types="parquet")
         assert again.count() == len(rows), rel
         assert all(path.stat().st_mtime > 0 for path in kept), rel  # each loaded
-        decoded = fmtfs_read(spark, name, source, tmp_path / "none", rel, keptBytes="0")
+        decoded = fmtfs_read(spark, name, source, tmp_path / "none", rel, types="parquet", keptBytes="0")
         assert decoded.count() == len(rows), rel
         assert not kept_dir({"cachedir": str(tmp_path / "none")}).exists(), rel
         for a, b in ((again, first), (again, decoded), (decoded, again)):
