@@ -26,6 +26,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import logging
+import math
 import os
 import shutil
 from collections.abc import Iterable
@@ -77,8 +78,8 @@ def parse_size(text: str) -> int | None:
         value = float(number)
     except ValueError:
         raise ValueError(f"not a size: {text!r} (say auto, off, or e.g. 512M, 4G)") from None
-    if value < 0:
-        raise ValueError(f"not a size: {text!r} (negative)")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"not a size: {text!r} (say auto, off, or e.g. 512M, 4G)")
     return int(value * factor)
 
 

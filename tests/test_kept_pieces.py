@@ -118,10 +118,15 @@ def test_rendered_cache_sizes_as_users_write_them(text: str, size: int | None) -
     assert parse_size(text) == size
 
 
-@pytest.mark.parametrize("text", ["lots", "-1G", "G"])
+@pytest.mark.parametrize("text", ["lots", "-1G", "G", "inf", "nan"])
 def test_a_bad_rendered_cache_size_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="not a size"):
         parse_size(text)
+
+
+def test_a_bad_rendered_cache_size_is_one_line_from_the_command_line(tmp_path: Path) -> None:
+    done = fmtfs("ls", tmp_path, "--rendered-cache", "inf", check=False)
+    assert done.returncode == 2 and b"not a size" in done.stderr and b"Traceback" not in done.stderr
 
 
 def test_rendered_cache_rides_in_a_mount_option_list() -> None:
