@@ -524,12 +524,13 @@ class SourceTree:
         if not self.index.all_kept():
             self.pool.start()
         self.index.pool = self.pool
-        self.keep_rendered_on_disk()
+        self.spill_evicted_pieces()
 
-    def keep_rendered_on_disk(self) -> None:
+    def spill_evicted_pieces(self) -> None:
         """Pieces the rendered LRU evicts go to a scratch file under the
-        cache folder (fmtfs.spill): a page the kernel dropped is re-read,
-        not re-decoded."""
+        cache folder for the mount's life (fmtfs.spill; not the pieces kept
+        across mounts, fmtfs.keptpieces): a page the kernel dropped is
+        re-read, not re-decoded."""
         self.index.rendered.spill = SpilledPieces(self.index_dir)
 
     def close(self) -> None:

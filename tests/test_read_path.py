@@ -219,7 +219,7 @@ def test_reads_while_the_workers_start_and_after_give_the_views_bytes(
     reader's view only) and sends the next chunks to the pool: the bytes are
     the same whichever way each chunk went."""
     tree = SourceTree(open_source(many_chunks, None, {}), tmp_path / "cache")
-    tree.keep_rendered_on_disk()
+    tree.spill_evicted_pieces()
     tree.decode_in_workers()  # not waited for
     view = tree.file(RECORDS)
     try:

@@ -25,7 +25,7 @@ def test_pieces_the_lru_evicts_are_read_back_from_disk(tmp_path: Path) -> None:
     source.mkdir()
     generate(source, 20_000)
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
-    tree.keep_rendered_on_disk()
+    tree.spill_evicted_pieces()
     rendered = tree.index.rendered
     rendered.capacity = 1  # the LRU keeps one piece: every other goes to disk
     view = tree.file(RECORDS)
@@ -84,7 +84,7 @@ def test_a_reread_finds_evicted_pieces_without_a_thread(tmp_path: Path) -> None:
     source.mkdir()
     generate(source, 20_000)
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
-    tree.keep_rendered_on_disk()
+    tree.spill_evicted_pieces()
     tree.index.rendered.capacity = 1
     view = tree.file(RECORDS)
     assert isinstance(view, IndexedFile)
