@@ -133,21 +133,25 @@ class DecodePool:
         self._context = multiprocessing.get_context("spawn")
         self._progress: Any = None  # the queue scans report chunks on
         self._warmups: list[Future] = []  # one no-op per worker: all done once every worker is up
+        self._starting = threading.Lock()  # reader threads may start the pool together
 
     def _executor(self) -> ProcessPoolExecutor:
-        if self._pool is None:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            with _quiet_stdio():
-                self._progress = self._context.SimpleQueue()  # starts the resource tracker
-                self._pool = ProcessPoolExecutor(
-                    self.workers,
-                    mp_context=self._context,
-                    initializer=_open,
-                    initargs=(*self._args, self._progress, os.getpid()),
-                )
-                # every worker starts now, on the quiet streams
-                self._warmups = [self._pool.submit(_ready) for _ in range(self.workers)]
+        with self._starting:
+            return self._pool or self._start()
+
+    def _start(self) -> ProcessPoolExecutor:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with _quiet_stdio():
+            self._progress = self._context.SimpleQueue()  # starts the resource tracker
+            self._pool = ProcessPoolExecutor(
+                self.workers,
+                mp_context=self._context,
+                initializer=_open,
+                initargs=(*self._args, self._progress, os.getpid()),
+            )
+            # every worker starts now, on the quiet streams
+            self._warmups = [self._pool.submit(_ready) for _ in range(self.workers)]
         return self._pool
 
     def _submit(self, fn, *args) -> Future:
@@ -255,5 +259,7 @@ class DecodePool:
 
     def close(self) -> None:
         if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+            # waits for the chunks being decoded (not the queued ones): a
+            # server that ends leaves no worker writing its cache folder
+            self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None

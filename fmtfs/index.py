@@ -359,18 +359,6 @@ class Index:
         # them is not asked at every mount
         return self.kept.limit - self.kept.size() > sum(size for _, size in sizes)
 
-    def all_kept(self) -> bool:
-        """Whether every piece of every indexed view is kept: reading them
-        decodes nothing."""
-        with self.lock:
-            entries = list(self.entries.values())
-        return all(
-            (view, seq) in entry.kept
-            for entry in entries
-            for view, pieces in entry.views.items()
-            for seq in pieces.seqs
-        )
-
     def _settled(self, identity: FileIdentity) -> bool:
         """Whether a file has not changed for a while: its scan keeps its last chunk too."""
         return time.time_ns() - identity.mtime_ns > SETTLED_NS
@@ -794,11 +782,14 @@ class Index:
                     log.warning(
                         "a decode worker failed on %s chunk %d; decoding in process", entry.stream.name, seq
                     )
-            elif self._sequential(entry, seq, view):
-                # workers still starting (a second each) do not keep the first
-                # reader waiting: it decodes this chunk here, and the workers
-                # take the next ones as soon as they are up
-                self._decode_ahead(entry, seq + 1, view, wait=False, forward=True)
+            else:
+                # workers not up (a second each: they start with the first
+                # piece to decode) do not keep the first reader waiting: it
+                # decodes this chunk here, and the workers take the next ones
+                # as soon as they are up
+                self.pool.start()
+                if self._sequential(entry, seq, view):
+                    self._decode_ahead(entry, seq + 1, view, wait=False, forward=True)
         return self._once(
             self._flights,
             chunk_key,

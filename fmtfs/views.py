@@ -514,15 +514,14 @@ class SourceTree:
 
     def decode_in_workers(self) -> None:
         """Decode chunks in worker processes from now on (the mount does).
-        They start now, so that the first reads do not wait for them, if a
-        piece of an indexed view is not kept (fmtfs.keptpieces): a source
-        whose pieces are all kept starts them only once a piece must be
-        decoded after all (its first reader decodes it meanwhile), since two
-        idle workers and multiprocessing's tracker cost the mount 60 MB."""
+        They start with the first piece to decode (its reader decodes that
+        one meanwhile), not before: two workers importing fmtfs take both
+        cores for a second, which the first `ls` of a fresh mount would wait
+        behind, and a mount whose pieces are all kept (fmtfs.keptpieces) may
+        never need them (two idle workers and multiprocessing's tracker cost
+        60 MB)."""
         if self.pool is None:
             self.pool = DecodePool(self.format)
-        if not self.index.all_kept():
-            self.pool.start()
         self.index.pool = self.pool
         self.spill_evicted_pieces()
 

@@ -40,10 +40,15 @@ def mounted(
         assert done.returncode == 0, done.stderr.decode()
         # `fmtfs mount` returns only once the mount is ready: no polling here
         assert os.path.ismount(mountpoint)
+        server = server_processes(mountpoint)
         try:
             yield mountpoint
         finally:
             unmount(mountpoint)
+            # the server (and its decode workers, twin builder) ends a moment
+            # after the kernel lets go: it may still write the cache folder,
+            # which the caller's temporary directory is about to remove
+            wait_gone(list(server))
 
 
 def unmount(mountpoint: Path) -> None:
@@ -54,6 +59,41 @@ def unmount(mountpoint: Path) -> None:
             return
         time.sleep(0.1)
     subprocess.run(["fusermount3", "-uz", str(mountpoint)], capture_output=True)
+
+
+def server_processes(mnt: Path) -> dict[int, str]:
+    """The process serving `mnt` and its descendants: pid -> command line."""
+    table: dict[int, tuple[int, str]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                continue  # ended meanwhile
+            table[int(entry.name)] = (parent, argv)
+    roots = [pid for pid, (_, argv) in table.items() if " mount " in argv and f" {mnt} " in f"{argv} "]
+    found, todo = {}, roots
+    while todo:
+        pid = todo.pop()
+        found[pid] = table[pid][1]
+        todo += [child for child, (parent, _) in table.items() if parent == pid]
+    return found
+
+
+def wait_gone(pids: list[int], timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    for pid in pids:
+        while _running(pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"  # a zombie has ended; its parent was not told yet
 
 
 def refused_write(view: Path, data: bytes) -> int:

@@ -24,7 +24,7 @@ from fmtfs.render import render_chunk
 from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
 from fmtfs.samples.wallaby import START_NS
 from fmtfs.views import IndexedFile, SourceTree
-from tests.mounting import fmtfs, mounted
+from tests.mounting import fmtfs, mounted, server_processes
 from tests.test_read_path import reads_at_once
 
 SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
@@ -370,33 +370,15 @@ def test_a_full_disk_keeps_nothing_and_fails_nothing(
         subprocess.run(["umount", "-l", str(disk)], check=True)
 
 
-def mount_processes(mnt: Path) -> list[str]:
-    """The command lines of the process serving `mnt` and its descendants."""
-    tables = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-                parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, ValueError):
-                continue
-            tables[int(entry.name)] = (parent, argv)
-    (root,) = [pid for pid, (_, argv) in tables.items() if " mount " in argv and str(mnt) in argv]
-    tree, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        tree.append(tables[pid][1])
-        todo += [child for child, (parent, _) in tables.items() if parent == pid]
-    return tree
-
-
 def test_a_mount_of_kept_pieces_starts_decode_workers_only_when_a_piece_needs_them(tmp_path: Path) -> None:
     source = sample("wallaby", tmp_path, 20000)
     cache = tmp_path / "cache"
     fmtfs("index", source, "--cache-dir", cache, "--no-parquet", "-q")
     with mounted(source, cache_dir=cache) as mnt:
         assert (mnt / RECORDS).read_bytes() == fmtfs("cat", source, RECORDS, "--cache-dir", cache).stdout
-        assert not [argv for argv in mount_processes(mnt) if "spawn_main" in argv]  # nothing decoded
+        assert not [
+            argv for argv in server_processes(mnt).values() if "spawn_main" in argv
+        ]  # nothing decoded
         # the producer appends: the new chunks are decoded (the workers start then)
         WallabyWriter(source / "events.log").write(
             [{"time": START_NS + i, "data": f"grown {i}"} for i in range(20000)]
@@ -407,3 +389,16 @@ def test_a_mount_of_kept_pieces_starts_decode_workers_only_when_a_piece_needs_th
             time.sleep(0.2)
             grown = (mnt / RECORDS).read_bytes()
         assert grown == fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "other").stdout
+
+
+def test_a_listing_starts_no_decode_workers_the_first_read_does(tmp_path: Path) -> None:
+    # workers importing fmtfs take both cores for a second: a fresh mount's
+    # first `ls` must not wait behind them when it decodes nothing
+    source = sample("wallaby", tmp_path, 20000)
+    with mounted(source, "--rendered-cache", "off") as mnt:
+        assert [p.name for p in mnt.iterdir()] and (mnt / RECORDS).stat().st_size > 0
+        assert not [argv for argv in server_processes(mnt).values() if "spawn_main" in argv]
+        assert (mnt / RECORDS).read_bytes() == fmtfs(
+            "cat", source, RECORDS, "--cache-dir", tmp_path / "c"
+        ).stdout
+        assert [argv for argv in server_processes(mnt).values() if "spawn_main" in argv]
