@@ -10,10 +10,13 @@ chunk table; its progress travels back chunk by chunk on a queue the
 workers inherit.  The rendered pieces a scan keeps (fmtfs.keptpieces) the
 worker appends to the store file itself: only where they went travels
 back, a few numbers per piece.  The pool is used by `fmtfs mount` and `fmtfs index`
-only (`fmtfs cat`, Spark and tests decode in process), with the "spawn"
-start method because the mount process already runs threads: spawned
-children re-import the main module, which a library user's unguarded
-script would not survive."""
+only (`fmtfs cat`, Spark and tests decode in process).  Workers serving a
+mount's reads are started with "spawn", because the mount process runs
+threads (a fork would copy locks other threads hold); spawned children
+re-import the main module, which a library user's unguarded script would
+not survive.  A first index's scan, which runs before the mount serves, in
+one thread, forks its workers instead: they have fmtfs imported, so they
+scan from the start, and end with the scan."""
 
 from __future__ import annotations
 
@@ -123,14 +126,22 @@ def _ready() -> None:
     """A no-op: submitted once per worker so they start before they are needed."""
 
 
-class DecodePool:
-    """Worker processes decoding chunks of one source."""
+# How long a worker takes to be ready, by start method: a spawned one
+# imports fmtfs and the format (about a second); a forked one has them.
+START_SECONDS = {"spawn": 1.0, "fork": 0.05}
 
-    def __init__(self, fmt: Format, workers: int | None = None) -> None:
-        self.workers = workers or os.cpu_count() or 1
-        self._args = (fmt.source, fmt.name, fmt.options)
+
+class Workers:
+    """Worker processes of one start method, each with the source's format
+    open: a chunk or a scan range is sent to one of them."""
+
+    def __init__(self, args: tuple, workers: int, method: str) -> None:
+        self.workers = workers
+        self.method = method  # "spawn" or "fork"
+        self.start_seconds = START_SECONDS[method]
+        self._args = args
+        self._context = multiprocessing.get_context(method)
         self._pool: ProcessPoolExecutor | None = None
-        self._context = multiprocessing.get_context("spawn")
         self._progress: Any = None  # the queue scans report chunks on
         self._warmups: list[Future] = []  # one no-op per worker: all done once every worker is up
         self._starting = threading.Lock()  # reader threads may start the pool together
@@ -154,7 +165,7 @@ class DecodePool:
             self._warmups = [self._pool.submit(_ready) for _ in range(self.workers)]
         return self._pool
 
-    def _submit(self, fn, *args) -> Future:
+    def submit(self, fn, *args) -> Future:
         try:
             return self._executor().submit(fn, *args)
         except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh
@@ -162,14 +173,18 @@ class DecodePool:
             return self._executor().submit(fn, *args)
 
     def start(self) -> None:
-        """Start every worker now (each takes a second to import fmtfs), so
-        the first reads do not wait for them."""
+        """Start every worker now, so that work sent later does not wait for them."""
         self._executor()
+
+    @property
+    def started(self) -> bool:
+        """Whether start() (or a job) has started the workers."""
+        return self._pool is not None
 
     @property
     def ready(self) -> bool:
         """Whether every worker has started (imported fmtfs, opened the
-        source): until then a chunk sent to the pool waits for a worker."""
+        source): until then a job sent waits for a worker."""
         return self._pool is not None and all(future.done() for future in self._warmups)
 
     def wait_ready(self) -> None:
@@ -178,16 +193,10 @@ class DecodePool:
         for future in self._warmups:
             future.result()
 
-    def run(self, fn, *args) -> Future:
-        """Run `fn(*args)` in a worker (a module-level function; the Parquet
-        twins' builder decodes chunks into Arrow this way, fmtfs.twinchunks)."""
-        return self._submit(fn, *args)
-
-    def submit(
-        self, stream: str, start: int, end: int, state: State, view: str | None = None
-    ) -> Future[dict[str, bytes]]:
-        """A chunk's rendered bytes of `view` (None: of every view it feeds)."""
-        return self._submit(_render_chunk, stream, start, end, state, view)
+    def workers_up(self) -> int:
+        """How many workers have started, about (each ran a warm-up no-op;
+        a quick one may have run two); 0 before start()."""
+        return sum(future.done() for future in self._warmups) if self._pool is not None else 0
 
     def scan_all(
         self,
@@ -204,11 +213,10 @@ class DecodePool:
         up; `here(key, tick)`, if given, scans a job in this process, taking
         them from the back and calling tick() between chunks (tick hands
         freed workers their next job and reports their progress): this
-        process scans while the workers start (a second each) instead of
-        waiting for them, and a job is not promised to a worker still
-        starting while this process could take it.  With `here`, the
-        workers are started by the caller (start()), when they are worth
-        it; without, at once."""
+        process scans while the workers start instead of waiting for them,
+        and a job is not promised to a worker still starting while this
+        process could take it.  With `here`, the workers are started by
+        the caller (start()), when they are worth it; without, at once."""
         todo = deque(jobs)
         running: dict[Future, Any] = {}
         out: dict[Any, Scanned | BaseException] = {}
@@ -226,7 +234,7 @@ class DecodePool:
             up = self.workers if here is None else self.workers_up()
             while todo and len(running) < up:
                 key = todo.popleft()
-                running[self._submit(_scan, *jobs[key])] = key
+                running[self.submit(_scan, *jobs[key])] = key
 
         tick()
         while todo or running:
@@ -237,16 +245,6 @@ class DecodePool:
                 wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
             tick()
         return out
-
-    def workers_up(self) -> int:
-        """How many workers have started, about (each ran a warm-up no-op;
-        a quick one may have run two); 0 before start()."""
-        return sum(future.done() for future in self._warmups) if self._pool is not None else 0
-
-    @property
-    def started(self) -> bool:
-        """Whether start() (or a job) has started the workers."""
-        return self._pool is not None
 
     def _report(self, progress: Progress | None) -> None:
         while self._progress is not None and not self._progress.empty():
@@ -260,6 +258,60 @@ class DecodePool:
     def close(self) -> None:
         if self._pool is not None:
             # waits for the chunks being decoded (not the queued ones): a
-            # server that ends leaves no worker writing its cache folder
+            # process that ends leaves no worker writing its cache folder
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+class DecodePool:
+    """Worker processes decoding chunks of one source for a mount (spawned:
+    the mount runs threads), and scanning its streams for a first index."""
+
+    def __init__(self, fmt: Format, workers: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self._args = (fmt.source, fmt.name, fmt.options)
+        self._serving = Workers(self._args, self.workers, "spawn")
+
+    @contextmanager
+    def scanning(self) -> Iterator[Workers]:
+        """Workers to scan with.  While this process runs no other thread
+        (`fmtfs index`, a mount before it serves), they are forked from it
+        for this scan, ready at once with fmtfs imported (a spawned worker
+        takes a second, all of a 20 MB source's scan), and end with it;
+        otherwise the serving workers scan."""
+        if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
+            yield self._serving
+            return
+        forked = Workers(self._args, self.workers, "fork")
+        try:
+            yield forked
+        finally:
+            forked.close()
+
+    def start(self) -> None:
+        """Start every serving worker now (each takes a second to import
+        fmtfs), so the first reads do not wait for them."""
+        self._serving.start()
+
+    @property
+    def ready(self) -> bool:
+        """Whether every serving worker is up: until then a chunk sent to
+        the pool waits for a worker."""
+        return self._serving.ready
+
+    def wait_ready(self) -> None:
+        self._serving.wait_ready()
+
+    def run(self, fn, *args) -> Future:
+        """Run `fn(*args)` in a worker (a module-level function; the Parquet
+        twins' builder decodes chunks into Arrow this way, fmtfs.twinchunks)."""
+        return self._serving.submit(fn, *args)
+
+    def submit(
+        self, stream: str, start: int, end: int, state: State, view: str | None = None
+    ) -> Future[dict[str, bytes]]:
+        """A chunk's rendered bytes of `view` (None: of every view it feeds)."""
+        return self._serving.submit(_render_chunk, stream, start, end, state, view)
+
+    def close(self) -> None:
+        self._serving.close()

@@ -41,7 +41,7 @@ from typing import TypeVar
 
 import orjson
 
-from fmtfs.decoders import DecodePool
+from fmtfs.decoders import DecodePool, Workers
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.keptpieces import Kept, KeptPieces, default_limit
 from fmtfs.render import render_chunk
@@ -106,11 +106,11 @@ SCHEMA_VERSION = 3
 
 # Scans of this many bytes in all start the decode workers at once when
 # update_all() is given a pool; smaller ones start them only once this
-# process's own pace says it would need WORKER_START_SECONDS more alone
-# (about what a worker takes to start; the cost of a byte differs 30-fold
-# between formats, so bytes alone cannot say).
+# process's own pace says it would need longer alone than a worker takes to
+# start (Workers.start_seconds: a second spawned, next to nothing forked;
+# the cost of a byte differs 30-fold between formats, so bytes alone cannot
+# say).
 PARALLEL_SCAN_BYTES = 64 << 20
-WORKER_START_SECONDS = 1.0
 
 # Streams the format can cut (Stream.cuts) are scanned in about this many
 # ranges in all, so that this process and the workers end together (a
@@ -420,16 +420,17 @@ class Index:
             scanned: dict[int, Scanned | BaseException] = {}
             failed_here: set[int] = set()  # streams this process saw a scan of fail: not run again
             if pool is not None and jobs:
-                if to_scan >= parallel_bytes:
-                    pool.start()  # the workers start while the streams are cut
-                every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
-                parts = {
-                    (i, n): part
-                    for i, job in jobs.items()
-                    for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
-                }
-                if len(parts) >= 2:
-                    scanned = self._scan_in_pool(pool, jobs, parts, progress, failed_here, to_scan)
+                with pool.scanning() as scanners:
+                    if to_scan >= parallel_bytes:
+                        scanners.start()  # the workers start while the streams are cut
+                    every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
+                    parts = {
+                        (i, n): part
+                        for i, job in jobs.items()
+                        for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
+                    }
+                    if len(parts) >= 2:
+                        scanned = self._scan_in_pool(scanners, jobs, parts, progress, failed_here, to_scan)
             for i, job in jobs.items():
                 found = scanned.get(i)
                 try:
@@ -455,7 +456,7 @@ class Index:
 
     def _scan_in_pool(
         self,
-        pool: DecodePool,
+        pool: Workers,
         jobs: dict[int, _ScanJob],
         parts: dict[tuple[int, int], ScanRange],
         progress: Progress | None,
@@ -463,9 +464,9 @@ class Index:
         to_scan: int,
     ) -> dict[int, Scanned | BaseException]:
         """Scan the ranges `parts` ((job, n) -> range) here and in `pool`
-        (started once this process alone would need WORKER_START_SECONDS
-        more for the `to_scan` bytes); the scans of each job's ranges
-        joined."""
+        (started once this process alone would need longer for the
+        `to_scan` bytes than they take to start); the scans of each job's
+        ranges joined."""
         failed: set[tuple[int, int]] = set()  # ranges whose scan here failed
         began = time.monotonic()
         done = 0  # bytes scanned here
@@ -478,7 +479,7 @@ class Index:
                 done += size
                 if (
                     not pool.started
-                    and (time.monotonic() - began) / done * (to_scan - done) > WORKER_START_SECONDS
+                    and (time.monotonic() - began) / done * (to_scan - done) > pool.start_seconds
                 ):
                     log.info("starting %d worker processes to scan at once", pool.workers)
                     pool.start()

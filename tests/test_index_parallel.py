@@ -6,6 +6,7 @@ in SQLite; a scan a worker cannot do is done in process."""
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -211,3 +212,25 @@ def test_a_mount_indexes_in_workers_returns_at_once_and_takes_them_along_when_it
     while any(map(_alive, [server, *workers])) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in [server, *workers] if _alive(pid)]
+
+
+@pytest.mark.parametrize("other_thread", [False, True])
+def test_a_scan_forks_its_workers_unless_another_thread_runs(
+    pool_source: tuple[Format, DecodePool], tmp_path: Path, other_thread: bool
+) -> None:
+    # forked workers have fmtfs imported and scan at once; a process serving
+    # a mount runs threads, whose locks a fork would copy held: it scans
+    # with its spawned workers instead
+    fmt, pool = pool_source
+    serial, _ = index(tmp_path / "serial", fmt.streams())
+    running = threading.Event()
+    if other_thread:
+        threading.Thread(target=running.wait, daemon=True).start()
+    try:
+        with pool.scanning() as workers:
+            method = workers.method
+        parallel, _ = index(tmp_path / "parallel", fmt.streams(), pool)
+    finally:
+        running.set()
+    assert method == ("spawn" if other_thread else "fork")
+    assert parallel == serial
