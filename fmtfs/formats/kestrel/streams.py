@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -154,6 +155,22 @@ class WriterStream(_ChunkedStream):
         check_magic(buf, WRITER_MAGIC, "journal")
         return 4
 
+    def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
+        """Chunk starts from the PUT headers' sizes alone (the limits of
+        _scan and of _run's inline PUT path); anything but a whole PUT ends
+        the walk, and the scan decides what it is."""
+        try:
+            buf = map_file(self.path)
+        except OSError:
+            return
+        try:
+            yield from _put_chunk_starts(buf, self._first(buf) if start is None else start, every)
+        except Corrupt:
+            return
+        finally:
+            if isinstance(buf, mmap.mmap):
+                buf.close()
+
     def _run(self, buf, pos, end, max_records, limit, out, skipped):
         # The common PUT (0x86 / 0x88, in bounds) is decoded inline: this loop
         # is the hot path of a first mount.  Anything else goes through
@@ -218,6 +235,33 @@ class WriterStream(_ChunkedStream):
                 skipped.append(Problem(name, pos, describe_skipped(rec)))
             pos = after
         return pos, pos >= end, None
+
+
+# A PUT's command byte and data size; its header's length by command byte.
+_COMMAND_SIZE = struct.Struct("<Bi")
+_PUT_HEADS = {0x86: 1 + PUT_HEADER.size, 0x88: 1 + PUT_HEADER_X.size}
+
+
+def _put_chunk_starts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
+    """Where WriterStream's scan from `pos` starts chunks, about `every`
+    bytes apart, for as long as the file holds whole PUTs."""
+    end, last = len(buf), pos
+    unpack = _COMMAND_SIZE.unpack_from
+    heads = _PUT_HEADS
+    while True:
+        limit, n = pos + CHUNK_BYTES, 0
+        while n < CHUNK_RECORDS and pos < limit:
+            if end - pos < 33:  # the longest header: the scan sees the last records itself
+                return
+            command, size = unpack(buf, pos)
+            head = heads.get(command)
+            if head is None or not 0 <= size <= LARGEST_DATA:
+                return
+            pos += head + size
+            n += 1
+        if pos - last >= every and pos < end:
+            yield pos, {}
+            last = pos
 
 
 class LegacyStream(_ChunkedStream):
