@@ -481,7 +481,7 @@ class Index:
                     not pool.started
                     and (time.monotonic() - began) / done * (to_scan - done) > pool.start_seconds
                 ):
-                    log.info("starting %d worker processes to scan at once", pool.workers)
+                    log.info("starting %d worker processes (%s) to scan at once", pool.workers, pool.method)
                     pool.start()
                 tick()
 
