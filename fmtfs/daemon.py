@@ -30,20 +30,16 @@ READY = b"ready\n"
 def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int | None) -> None:
     """Mount and serve until unmounted.  `ready` is a pipe fd told READY once
     the kernel can send requests."""
-    ops = FmtfsOperations(tree)
-    fuse_options = set(pyfuse3.default_options)
-    # the kernel checks every open against the views' owners and modes,
-    # which follow the native files (fmtfs.permissions)
-    fuse_options |= {"fsname=fmtfs", "subtype=fmtfs", "default_permissions"}
-    fuse_options |= {opt for opt in options if opt not in ("rw",)}
+    # first: workers forked now (fmtfs.decoders) inherit neither the
+    # invalidation thread's locks nor the FUSE session's descriptor
+    tree.decode_in_workers()
     try:
-        pyfuse3.init(ops, str(mountpoint), fuse_options)
-    except RuntimeError as exc:  # libfuse says only "fuse_session_new() failed"
-        raise MountRefused(
-            f"FUSE refused the mount (check the -o options: {','.join(options) or 'none'}): {exc}"
-        ) from None
+        ops = FmtfsOperations(tree)
+        _init_fuse(ops, mountpoint, options)
+    except BaseException:
+        tree.close()
+        raise
     log.info("serving %s at %s (pid %d)", tree.format.source, mountpoint, os.getpid())
-    tree.decode_in_workers()  # now, or with the first piece to decode if all are kept
     try:
         start_builder(tree)  # Parquet twins not on disk yet, in the background
         if ready is not None:
@@ -55,6 +51,20 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
         pyfuse3.close(unmount=True)
         log.info("unmounted %s; the server ends", mountpoint)
         tree.close()
+
+
+def _init_fuse(ops: FmtfsOperations, mountpoint: Path, options: list[str]) -> None:
+    fuse_options = set(pyfuse3.default_options)
+    # the kernel checks every open against the views' owners and modes,
+    # which follow the native files (fmtfs.permissions)
+    fuse_options |= {"fsname=fmtfs", "subtype=fmtfs", "default_permissions"}
+    fuse_options |= {opt for opt in options if opt not in ("rw",)}
+    try:
+        pyfuse3.init(ops, str(mountpoint), fuse_options)
+    except RuntimeError as exc:  # libfuse says only "fuse_session_new() failed"
+        raise MountRefused(
+            f"FUSE refused the mount (check the -o options: {','.join(options) or 'none'}): {exc}"
+        ) from None
 
 
 async def _serve_until_signal(ops: FmtfsOperations) -> None:
@@ -83,7 +93,9 @@ def mount_in_background(
     if pid:
         os.close(write_end)
         message = b""
-        while chunk := os.read(read_end, 4096):
+        # until READY, or the end of the pipe (the child failed): decode
+        # workers forked by the child hold the pipe open as long as it runs
+        while message != READY and (chunk := os.read(read_end, 4096)):
             message += chunk
         os.close(read_end)
         if message == READY:

@@ -9,14 +9,16 @@ state, view); it returns the rendered bytes of that view.  A scan
 chunk table; its progress travels back chunk by chunk on a queue the
 workers inherit.  The rendered pieces a scan keeps (fmtfs.keptpieces) the
 worker appends to the store file itself: only where they went travels
-back, a few numbers per piece.  The pool is used by `fmtfs mount` and `fmtfs index`
-only (`fmtfs cat`, Spark and tests decode in process).  Workers serving a
-mount's reads are started with "spawn", because the mount process runs
-threads (a fork would copy locks other threads hold); spawned children
-re-import the main module, which a library user's unguarded script would
-not survive.  A first index's scan, which runs before the mount serves, in
-one thread, forks its workers instead: they have fmtfs imported, so they
-scan from the start, and end with the scan."""
+back, a few numbers per piece.  The pool is used by `fmtfs mount` and
+`fmtfs index` only (`fmtfs cat`, Spark and tests decode in process).
+
+Workers are forked when the pool starts in a process that runs no other
+thread: `fmtfs index`, and a mount until it serves (its first index's scan,
+or the workers it starts just before it serves).  They have fmtfs and the
+format imported and work at once.  Started later, from a mount serving
+requests on threads (whose locks a fork would copy held), they are spawned
+and import fmtfs first, about a second each; spawned children re-import the
+main module, which a library user's script must guard."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -49,8 +51,15 @@ _progress: Any = None
 _stores: dict[Path, KeptPieces] = {}  # stores of kept pieces, by path
 
 
-def _open(source: Path, format_name: str, options: dict[str, Any], progress: Any, parent: int) -> None:
+def _open(
+    source: Path, format_name: str, options: dict[str, Any], progress: Any, parent: int, forked: bool
+) -> None:
     global _format, _progress
+    if forked:  # standard streams on /dev/null, as _quiet_stdio gives spawned workers
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
     # the pid the pool's process gave: it may have ended already, while this
     # worker was still importing (a mount unmounted at once)
     threading.Thread(target=_end_with, args=(parent,), daemon=True, name="fmtfs-parent-watch").start()
@@ -131,41 +140,60 @@ def _ready() -> None:
 START_SECONDS = {"spawn": 1.0, "fork": 0.05}
 
 
-class Workers:
-    """Worker processes of one start method, each with the source's format
-    open: a chunk or a scan range is sent to one of them."""
+def _forkable() -> bool:
+    """Whether workers may be forked from this process now: it runs no other
+    thread, whose locks a fork would copy held (a mount serving requests
+    does; `fmtfs index`, and a mount until it serves, do not)."""
+    return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
 
-    def __init__(self, args: tuple, workers: int, method: str) -> None:
-        self.workers = workers
-        self.method = method  # "spawn" or "fork"
-        self.start_seconds = START_SECONDS[method]
-        self._args = args
-        self._context = multiprocessing.get_context(method)
+
+class DecodePool:
+    """Worker processes decoding chunks of one source, each with the
+    source's format open: a chunk or a scan range is sent to one of them.
+    Forked when started from a process running no other thread (ready at
+    once, fmtfs imported), else spawned (about a second each)."""
+
+    def __init__(self, fmt: Format, workers: int | None = None) -> None:
+        self.workers = workers or os.cpu_count() or 1
+        self._args = (fmt.source, fmt.name, fmt.options)
+        self.method: str | None = None  # "fork" or "spawn" once started
         self._pool: ProcessPoolExecutor | None = None
         self._progress: Any = None  # the queue scans report chunks on
         self._warmups: list[Future] = []  # one no-op per worker: all done once every worker is up
         self._starting = threading.Lock()  # reader threads may start the pool together
+
+    @property
+    def start_seconds(self) -> float:
+        """About how long the workers would take to be ready if started now."""
+        return START_SECONDS["fork" if _forkable() else "spawn"]
 
     def _executor(self) -> ProcessPoolExecutor:
         with self._starting:
             return self._pool or self._start()
 
     def _start(self) -> ProcessPoolExecutor:
+        # chosen at every start: a pool restarted after a worker died may
+        # find threads running that did not run at first
+        self.method = "fork" if _forkable() else "spawn"
+        forked = self.method == "fork"
+        context = multiprocessing.get_context(self.method)
         sys.stdout.flush()
         sys.stderr.flush()
-        with _quiet_stdio():
-            self._progress = self._context.SimpleQueue()  # starts the resource tracker
+        # a forked worker quiets its own streams: it would inherit the copies
+        # _quiet_stdio keeps of them (a caller's pipes)
+        with nullcontext() if forked else _quiet_stdio():
+            self._progress = context.SimpleQueue()  # a spawning one starts the resource tracker
             self._pool = ProcessPoolExecutor(
                 self.workers,
-                mp_context=self._context,
+                mp_context=context,
                 initializer=_open,
-                initargs=(*self._args, self._progress, os.getpid()),
+                initargs=(*self._args, self._progress, os.getpid(), forked),
             )
-            # every worker starts now, on the quiet streams
+            # every worker starts now (on the quiet streams)
             self._warmups = [self._pool.submit(_ready) for _ in range(self.workers)]
         return self._pool
 
-    def submit(self, fn, *args) -> Future:
+    def _submit(self, fn, *args) -> Future:
         try:
             return self._executor().submit(fn, *args)
         except BrokenProcessPool:  # a worker died (killed, out of memory): start afresh
@@ -175,6 +203,17 @@ class Workers:
     def start(self) -> None:
         """Start every worker now, so that work sent later does not wait for them."""
         self._executor()
+
+    def run(self, fn, *args) -> Future:
+        """Run `fn(*args)` in a worker (a module-level function; the Parquet
+        twins' builder decodes chunks into Arrow this way, fmtfs.twinchunks)."""
+        return self._submit(fn, *args)
+
+    def submit(
+        self, stream: str, start: int, end: int, state: State, view: str | None = None
+    ) -> Future[dict[str, bytes]]:
+        """A chunk's rendered bytes of `view` (None: of every view it feeds)."""
+        return self._submit(_render_chunk, stream, start, end, state, view)
 
     @property
     def started(self) -> bool:
@@ -234,7 +273,7 @@ class Workers:
             up = self.workers if here is None else self.workers_up()
             while todo and len(running) < up:
                 key = todo.popleft()
-                running[self.submit(_scan, *jobs[key])] = key
+                running[self._submit(_scan, *jobs[key])] = key
 
         tick()
         while todo or running:
@@ -261,57 +300,3 @@ class Workers:
             # process that ends leaves no worker writing its cache folder
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
-
-
-class DecodePool:
-    """Worker processes decoding chunks of one source for a mount (spawned:
-    the mount runs threads), and scanning its streams for a first index."""
-
-    def __init__(self, fmt: Format, workers: int | None = None) -> None:
-        self.workers = workers or os.cpu_count() or 1
-        self._args = (fmt.source, fmt.name, fmt.options)
-        self._serving = Workers(self._args, self.workers, "spawn")
-
-    @contextmanager
-    def scanning(self) -> Iterator[Workers]:
-        """Workers to scan with.  While this process runs no other thread
-        (`fmtfs index`, a mount before it serves), they are forked from it
-        for this scan, ready at once with fmtfs imported (a spawned worker
-        takes a second, all of a 20 MB source's scan), and end with it;
-        otherwise the serving workers scan."""
-        if "fork" not in multiprocessing.get_all_start_methods() or threading.active_count() > 1:
-            yield self._serving
-            return
-        forked = Workers(self._args, self.workers, "fork")
-        try:
-            yield forked
-        finally:
-            forked.close()
-
-    def start(self) -> None:
-        """Start every serving worker now (each takes a second to import
-        fmtfs), so the first reads do not wait for them."""
-        self._serving.start()
-
-    @property
-    def ready(self) -> bool:
-        """Whether every serving worker is up: until then a chunk sent to
-        the pool waits for a worker."""
-        return self._serving.ready
-
-    def wait_ready(self) -> None:
-        self._serving.wait_ready()
-
-    def run(self, fn, *args) -> Future:
-        """Run `fn(*args)` in a worker (a module-level function; the Parquet
-        twins' builder decodes chunks into Arrow this way, fmtfs.twinchunks)."""
-        return self._serving.submit(fn, *args)
-
-    def submit(
-        self, stream: str, start: int, end: int, state: State, view: str | None = None
-    ) -> Future[dict[str, bytes]]:
-        """A chunk's rendered bytes of `view` (None: of every view it feeds)."""
-        return self._serving.submit(_render_chunk, stream, start, end, state, view)
-
-    def close(self) -> None:
-        self._serving.close()

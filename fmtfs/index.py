@@ -41,7 +41,7 @@ from typing import TypeVar
 
 import orjson
 
-from fmtfs.decoders import DecodePool, Workers
+from fmtfs.decoders import DecodePool
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.keptpieces import Kept, KeptPieces, default_limit
 from fmtfs.render import render_chunk
@@ -107,7 +107,7 @@ SCHEMA_VERSION = 3
 # Scans of this many bytes in all start the decode workers at once when
 # update_all() is given a pool; smaller ones start them only once this
 # process's own pace says it would need longer alone than a worker takes to
-# start (Workers.start_seconds: a second spawned, next to nothing forked;
+# start (DecodePool.start_seconds: a second spawned, next to nothing forked;
 # the cost of a byte differs 30-fold between formats, so bytes alone cannot
 # say).
 PARALLEL_SCAN_BYTES = 64 << 20
@@ -359,6 +359,18 @@ class Index:
         # them is not asked at every mount
         return self.kept.limit - self.kept.size() > sum(size for _, size in sizes)
 
+    def all_kept(self) -> bool:
+        """Whether every piece of every indexed view is kept: reading them
+        decodes nothing."""
+        with self.lock:
+            entries = list(self.entries.values())
+        return all(
+            (view, seq) in entry.kept
+            for entry in entries
+            for view, pieces in entry.views.items()
+            for seq in pieces.seqs
+        )
+
     def _settled(self, identity: FileIdentity) -> bool:
         """Whether a file has not changed for a while: its scan keeps its last chunk too."""
         return time.time_ns() - identity.mtime_ns > SETTLED_NS
@@ -420,17 +432,16 @@ class Index:
             scanned: dict[int, Scanned | BaseException] = {}
             failed_here: set[int] = set()  # streams this process saw a scan of fail: not run again
             if pool is not None and jobs:
-                with pool.scanning() as scanners:
-                    if to_scan >= parallel_bytes:
-                        scanners.start()  # the workers start while the streams are cut
-                    every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
-                    parts = {
-                        (i, n): part
-                        for i, job in jobs.items()
-                        for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
-                    }
-                    if len(parts) >= 2:
-                        scanned = self._scan_in_pool(scanners, jobs, parts, progress, failed_here, to_scan)
+                if to_scan >= parallel_bytes:
+                    pool.start()  # the workers start while the streams are cut
+                every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
+                parts = {
+                    (i, n): part
+                    for i, job in jobs.items()
+                    for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
+                }
+                if len(parts) >= 2:
+                    scanned = self._scan_in_pool(pool, jobs, parts, progress, failed_here, to_scan)
             for i, job in jobs.items():
                 found = scanned.get(i)
                 try:
@@ -456,7 +467,7 @@ class Index:
 
     def _scan_in_pool(
         self,
-        pool: Workers,
+        pool: DecodePool,
         jobs: dict[int, _ScanJob],
         parts: dict[tuple[int, int], ScanRange],
         progress: Progress | None,
@@ -481,8 +492,8 @@ class Index:
                     not pool.started
                     and (time.monotonic() - began) / done * (to_scan - done) > pool.start_seconds
                 ):
-                    log.info("starting %d worker processes (%s) to scan at once", pool.workers, pool.method)
                     pool.start()
+                    log.info("started %d worker processes (%s) to scan at once", pool.workers, pool.method)
                 tick()
 
             job = jobs[key[0]]

@@ -513,15 +513,20 @@ class SourceTree:
         self.refresh(force=True)
 
     def decode_in_workers(self) -> None:
-        """Decode chunks in worker processes from now on (the mount does).
-        They start with the first piece to decode (its reader decodes that
-        one meanwhile), not before: two workers importing fmtfs take both
-        cores for a second, which the first `ls` of a fresh mount would wait
-        behind, and a mount whose pieces are all kept (fmtfs.keptpieces) may
-        never need them (two idle workers and multiprocessing's tracker cost
-        60 MB)."""
+        """Decode chunks in worker processes from now on (the mount does,
+        before it serves).  If a piece of an indexed view is not kept
+        (fmtfs.keptpieces), they start now, forked (this process runs no
+        other thread yet): ready at once, at the cost of a fork.  Else
+        they start with the first piece that must be decoded (spawned
+        then, a second each, while its reader decodes it): two idle
+        workers cost the mount 60 MB, and a wholly kept mount may never
+        need them; workers its first index's scan started are let go."""
         if self.pool is None:
             self.pool = DecodePool(self.format)
+        if not self.index.all_kept():
+            self.pool.start()
+        elif self.pool.started:
+            self.pool.close()
         self.index.pool = self.pool
         self.spill_evicted_pieces()
 

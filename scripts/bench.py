@@ -228,8 +228,9 @@ def view_files(mnt: Path, layout: Layout) -> list[Path]:
 
 
 class PeakRss:
-    """Samples the summed RSS of the mount process serving `mnt` and all its
-    descendants (decode workers included) until stopped."""
+    """Samples the summed memory (PSS, see _rss) of the mount process
+    serving `mnt` and all its descendants (decode workers included) until
+    stopped."""
 
     def __init__(self, mnt: Path) -> None:
         self.root = _mount_pid(mnt)
@@ -296,9 +297,12 @@ def _tree(root: int) -> list[int]:
 
 
 def _rss(pid: int) -> int:
+    """The memory a process holds, its pages shared with others split
+    among them (PSS): decode workers forked from the mount share its pages,
+    and summing their RSS would count those once per process."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
                 return int(line.split()[1]) * 1024
     except OSError:
         pass

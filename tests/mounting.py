@@ -81,6 +81,18 @@ def server_processes(mnt: Path) -> dict[int, str]:
     return found
 
 
+def decode_workers(mnt: Path) -> dict[int, str]:
+    """The decode workers of the process serving `mnt`: forks of it (its
+    command line) or spawned ones (multiprocessing's spawn_main)."""
+    server = server_processes(mnt)
+    root = next(iter(server), None)  # listed first, before its descendants
+    return {
+        pid: argv
+        for pid, argv in server.items()
+        if pid != root and (argv == server[root] or "spawn_main" in argv)
+    }
+
+
 def wait_gone(pids: list[int], timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     for pid in pids:

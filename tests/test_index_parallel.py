@@ -202,7 +202,7 @@ def test_a_mount_indexes_in_workers_returns_at_once_and_takes_them_along_when_it
         logged = log_file.read_text()
         assert "ranges of 1 streams here and in" in logged
         # forked: the mount runs no other thread before it serves
-        assert "starting 2 worker processes (fork) to scan at once" in logged
+        assert "started 2 worker processes (fork) to scan at once" in logged
         view = mnt / "sample.proio" / "events.jsonl"
         expected = fmtfs("cat", source, "sample.proio/events.jsonl", "--cache-dir", tmp_path / "cli").stdout
         assert view.stat().st_size == len(expected)
@@ -224,19 +224,20 @@ from fmtfs.formats import open_source
 pool = DecodePool(open_source(Path(sys.argv[1]), "beats", {}), 2)
 if sys.argv[2] == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
-with pool.scanning() as workers:
-    print(workers.method)
+pool.start()
+print(pool.method)
+pool.close()
 """
 
 
 @pytest.mark.parametrize(("other_thread", "method"), [("", "fork"), ("thread", "spawn")])
-def test_a_scan_forks_its_workers_unless_another_thread_runs(
+def test_workers_are_forked_unless_another_thread_runs(
     pool_source: tuple[Format, DecodePool], other_thread: str, method: str
 ) -> None:
-    # forked workers have fmtfs imported and scan at once; a process serving
-    # a mount runs threads, whose locks a fork would copy held: it scans
-    # with its spawned workers instead (asked in a process of its own: this
-    # one runs the threads earlier tests left)
+    # forked workers have fmtfs imported and work at once; a process serving
+    # a mount runs threads, whose locks a fork would copy held: its workers
+    # are spawned (asked in a process of its own: this one runs the threads
+    # earlier tests left)
     fmt, _ = pool_source
     done = subprocess.run(
         [sys.executable, "-c", FORKS_OR_SPAWNS, str(fmt.source), other_thread],

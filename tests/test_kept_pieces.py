@@ -24,7 +24,7 @@ from fmtfs.render import render_chunk
 from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
 from fmtfs.samples.wallaby import START_NS
 from fmtfs.views import IndexedFile, SourceTree
-from tests.mounting import fmtfs, mounted, server_processes
+from tests.mounting import decode_workers, fmtfs, mounted
 from tests.test_read_path import reads_at_once
 
 SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
@@ -376,9 +376,7 @@ def test_a_mount_of_kept_pieces_starts_decode_workers_only_when_a_piece_needs_th
     fmtfs("index", source, "--cache-dir", cache, "--no-parquet", "-q")
     with mounted(source, cache_dir=cache) as mnt:
         assert (mnt / RECORDS).read_bytes() == fmtfs("cat", source, RECORDS, "--cache-dir", cache).stdout
-        assert not [
-            argv for argv in server_processes(mnt).values() if "spawn_main" in argv
-        ]  # nothing decoded
+        assert not decode_workers(mnt)  # nothing decoded
         # the producer appends: the new chunks are decoded (the workers start then)
         WallabyWriter(source / "events.log").write(
             [{"time": START_NS + i, "data": f"grown {i}"} for i in range(20000)]
@@ -391,14 +389,15 @@ def test_a_mount_of_kept_pieces_starts_decode_workers_only_when_a_piece_needs_th
         assert grown == fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "other").stdout
 
 
-def test_a_listing_starts_no_decode_workers_the_first_read_does(tmp_path: Path) -> None:
-    # workers importing fmtfs take both cores for a second: a fresh mount's
-    # first `ls` must not wait behind them when it decodes nothing
+def test_a_mount_that_will_decode_forks_its_workers_before_it_serves(tmp_path: Path) -> None:
+    # forked, they have fmtfs imported: no spawned worker takes both cores
+    # for a second beside the mount's first `ls`, or keeps its first reader
+    # decoding alone
     source = sample("wallaby", tmp_path, 20000)
     with mounted(source, "--rendered-cache", "off") as mnt:
-        assert [p.name for p in mnt.iterdir()] and (mnt / RECORDS).stat().st_size > 0
-        assert not [argv for argv in server_processes(mnt).values() if "spawn_main" in argv]
+        workers = decode_workers(mnt)
+        assert len(workers) >= 2 and not [argv for argv in workers.values() if "spawn_main" in argv]
         assert (mnt / RECORDS).read_bytes() == fmtfs(
             "cat", source, RECORDS, "--cache-dir", tmp_path / "c"
         ).stdout
-        assert [argv for argv in server_processes(mnt).values() if "spawn_main" in argv]
+        assert decode_workers(mnt) == workers  # they served it
