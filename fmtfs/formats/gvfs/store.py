@@ -37,11 +37,14 @@ from fmtfs.formats.gvfs.journal import (
     new_journal,
     read_journal,
 )
+from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model
 from fmtfs.formats.gvfs.model import MetaModel
+from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.tree import (
     HEADER_SIZE,
     ROTATED,
     ROTATED_OFFSET,
+    LazyTree,
     TreeError,
     TreeFile,
     TreeHeader,
@@ -49,7 +52,9 @@ from fmtfs.formats.gvfs.tree import (
     read_header,
     read_tree,
 )
+from fmtfs.gcpause import paused
 from fmtfs.permissions import inherit
+from fmtfs.render import render_lines
 
 _TEMP = re.compile(r"^(?P<tree>.+)\.[A-Za-z0-9]{6}$")  # mkstemp's <tree>.XXXXXX
 _BACKUP = re.compile(r"\.backup\.\d{4}-\d\d-\d\d")  # <tree>.backup.<ISO 8601>
@@ -147,16 +152,18 @@ def valid_tree_name(name: str) -> str | None:
 
 @dataclass
 class TreeState:
-    tree: TreeFile
+    tree: TreeFile | LazyTree  # the whole model, or the bytes read on demand
     journal_path: Path
     journal: JournalState | None  # None: missing or ignored (see journal_error)
     journal_error: str | None
 
 
-def read_state(tree_path: Path) -> TreeState:
+def read_state(tree_path: Path, whole: bool = True) -> TreeState:
     """The tree and its journal as gvfs would open them (TreeError when the
-    tree itself is unreadable)."""
-    tree = read_tree(tree_path.read_bytes())
+    tree itself is unreadable): the whole tree as a model (what a rebuild
+    needs), or, not `whole`, read lazily (what reading needs: LazyTree)."""
+    data = tree_path.read_bytes()
+    tree = read_tree(data) if whole else LazyTree(data)
     jpath = tree_path.with_name(journal_name(tree_path.name, tree.header.tag))
     try:
         data = jpath.read_bytes()
@@ -169,12 +176,25 @@ def read_state(tree_path: Path) -> TreeState:
 
 
 def effective_model(state: TreeState) -> MetaModel:
-    """The tree with the journal's valid entries applied, as a rebuild does."""
+    """The tree with the journal's valid entries applied, as a rebuild does
+    (a lazy model for a lazily read tree: fmtfs.formats.gvfs.lazy)."""
+    if isinstance(state.tree, LazyTree):
+        return lazy_model(state.tree, state.journal)
     model = state.tree.model
     if state.journal is not None:
         for entry in state.journal.entries:
             model.apply(entry)
     return model
+
+
+def metadata_lines(tree_path: Path) -> bytes:
+    """`<tree>/metadata.jsonl`, its lines rendered as the walk finds them:
+    no model of the tree, no list of records (fmtfs.formats.gvfs.lazy)."""
+    state = read_state(tree_path, whole=False)
+    assert isinstance(state.tree, LazyTree)
+    rows = keyed_rows(effective_model(state), state.tree)
+    with paused():
+        return render_lines(metadata_record(*row) for row in rows)
 
 
 # -- writing -----------------------------------------------------------------
@@ -263,7 +283,7 @@ def append_entries(tree_path: Path, entries: list[bytes]) -> int:
             create_tree(tree_path)
         while pending:
             try:
-                header = read_tree(tree_path.read_bytes()).header
+                header = LazyTree(tree_path.read_bytes()).header  # gvfs's checks on open
             except TreeError as exc:
                 raise BadRecord(
                     f"{tree_path.name}: the tree is unreadable ({exc}); gvfs cannot write it"
