@@ -17,11 +17,10 @@ plus "/" (so `/a.txt` comes before `/a/b`, since "." < "/")."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from operator import itemgetter
 
-from fmtfs.formats.gvfs.journal import JournalState
-from fmtfs.formats.gvfs.model import MetaModel, Node, Ref, Value
+from fmtfs.formats.gvfs.model import Entry, MetaModel, Node, Ref, Value
 from fmtfs.formats.gvfs.tree import LazyTree
 
 # (path, shown last_changed, keys) of a node with keys
@@ -31,13 +30,11 @@ _Entry = tuple[bytes, bool, "Node | Ref", bytes]
 _KEY = itemgetter(0)
 
 
-def lazy_model(tree: LazyTree, journal: JournalState | None) -> MetaModel:
-    """The tree with the journal's valid entries applied, loading only what
-    they reach."""
+def lazy_model(tree: LazyTree, entries: Iterable[Entry]) -> MetaModel:
+    """The tree with journal entries applied, loading only what they reach."""
     model = MetaModel(Ref(tree, tree.header.root, tree.root_dirent).load(), tree.root_dirent[2])
-    if journal is not None:
-        for entry in journal.entries:
-            model.apply(entry)
+    for entry in entries:
+        model.apply(entry)
     return model
 
 

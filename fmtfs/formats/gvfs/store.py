@@ -179,7 +179,7 @@ def effective_model(state: TreeState) -> MetaModel:
     """The tree with the journal's valid entries applied, as a rebuild does
     (a lazy model for a lazily read tree: fmtfs.formats.gvfs.lazy)."""
     if isinstance(state.tree, LazyTree):
-        return lazy_model(state.tree, state.journal)
+        return lazy_model(state.tree, state.journal.entries if state.journal else ())
     model = state.tree.model
     if state.journal is not None:
         for entry in state.journal.entries:
