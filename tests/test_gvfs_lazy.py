@@ -10,13 +10,15 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fmtfs.formats.gvfs import store
+from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry
 from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, OP_UNSET, Entry, MetaModel, Node
 from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.tree import LazyTree, TreeError, build_tree, read_tree
+from fmtfs.pieces import Pieces
 from fmtfs.render import parse_lines, render_lines
+from fmtfs.views import SourceTree
 from tests.conftest import FIXTURES
 
 # names around "/" in byte order ("." and "-" sort before it), and not UTF-8
@@ -117,7 +119,7 @@ def test_metadata_view_memory_stays_near_its_bytes(tmp_path):
     tree_bytes = tree.stat().st_size
     tracemalloc.start()
     try:
-        lines = store.metadata_lines(tree)
+        lines = b"".join(store.metadata_pieces(tree))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -127,3 +129,49 @@ def test_metadata_view_memory_stays_near_its_bytes(tmp_path):
     # the tree's bytes, the lines (and their copy into bytes) and one listing;
     # a whole model plus the records took 12x the lines
     assert peak < tree_bytes + 2 * len(lines) + (8 << 20), (peak, tree_bytes, len(lines))
+
+
+def test_metadata_view_is_held_as_compressed_pieces(tmp_path):
+    """Through the view tree (what a mount and `fmtfs cat` serve): exact
+    size, the same bytes at every offset, records a piece at a time, and
+    neither the rendering nor the view holding the whole text."""
+    folder = tmp_path / "src"
+    folder.mkdir()
+    tree_path = big_tree(folder, 40_000)
+    want = GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()
+    tracemalloc.start()
+    try:
+        tree = SourceTree(GvfsFormat(folder, {}), tmp_path / "cache")
+        size = tree.size("home/metadata.jsonl")
+        _, peak = tracemalloc.get_traced_memory()
+        held, _ = tracemalloc.get_traced_memory()
+        got = b"".join(tree.read("home/metadata.jsonl", at, 131072) for at in range(0, size, 131072))
+    finally:
+        tracemalloc.stop()
+    assert size == len(want) and got == want
+    # the tree's bytes while it is walked, one piece of lines, their compressed copies
+    assert peak < tree_path.stat().st_size + len(want) // 2 + (8 << 20), (peak, len(want))
+    view = tree.file("home/metadata.jsonl")
+    batches = list(view.records())
+    assert len(batches) == -(-40_000 // store.PIECE_LINES) and sum(map(len, batches)) == 40_000
+    assert [r for batch in batches for r in batch] == parse_lines(want)
+    # a second tree over the same cache takes the pieces from it: no walk, same bytes
+    again = SourceTree(GvfsFormat(folder, {}), tmp_path / "cache")
+    assert again.read("home/metadata.jsonl", 0, size) == want
+    assert held < len(want)
+
+
+def test_pieces_read_like_bytes():
+    parts = [b"a" * 10, b"", b"bc\n" * 7, b"d", b"efgh" * 3]
+    whole = b"".join(parts)
+    pieces = Pieces.of(parts)
+    assert len(pieces) == len(whole)
+    for start in range(len(whole) + 2):
+        for stop in range(start, len(whole) + 3):
+            assert pieces[start:stop] == whole[start:stop], (start, stop)
+    assert pieces.cached(len(whole) - 3, len(whole) + 5) == whole[-3:]  # the last piece read
+    assert pieces.cached(0, 3) is None
+    back = Pieces.from_blob(pieces.blob())
+    assert back is not None and back[0 : len(whole)] == whole
+    assert Pieces.from_blob(b'{"a":1}\n') is None
+    assert len(Pieces.of([])) == 0 and Pieces.of([])[0:5] == b""

@@ -14,6 +14,7 @@ from fmtfs.formats.base import (
     BadRecord,
     Chunk,
     Format,
+    PiecedRender,
     Problem,
     ReadOnlyView,
     Record,
@@ -162,16 +163,20 @@ class GvfsFormat(Format, card=CARD):
         }
 
     @staticmethod
-    def _metadata_renderer(tree_path: Path):
-        # finished lines, not records: the records of a big tree held at
-        # once cost 15x their JSON (fmtfs.formats.gvfs.lazy)
-        def render() -> bytes:
+    def _metadata_renderer(tree_path: Path) -> PiecedRender:
+        # lines a piece at a time, not records: the records of a big tree
+        # held at once cost 15x their JSON (fmtfs.formats.gvfs.lazy)
+        def pieces() -> Iterator[bytes]:
             try:
-                return store.metadata_lines(tree_path)
+                found = store.metadata_pieces(tree_path)
+                first = next(found, None)  # the tree and journal are read here
             except (OSError, TreeError):
-                return b""  # reported by problems()
+                return  # reported by problems()
+            if first is not None:
+                yield first
+                yield from found
 
-        return render
+        return PiecedRender(pieces)
 
     def problems(self) -> list[Problem]:
         out = []

@@ -23,7 +23,9 @@ import secrets
 import string
 import struct
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
+from itertools import islice
 from pathlib import Path
 
 from fmtfs.formats.base import BadRecord
@@ -65,6 +67,9 @@ _ALNUM = string.ascii_letters + string.digits
 # enough that bulk writes rarely rebuild, small enough that gio's lookups,
 # which walk the journal newest first, stay quick (4 MiB ~ 60,000 entries).
 MAX_JOURNAL_SIZE = 4 << 20
+
+# Lines of metadata.jsonl rendered at a time (about 250 KB of JSON).
+PIECE_LINES = 2000
 
 # Writers of one process take turns; gvfsd-metadata itself must not run
 # while fmtfs writes (it keeps the journal mapped, spec §8).
@@ -187,14 +192,19 @@ def effective_model(state: TreeState) -> MetaModel:
     return model
 
 
-def metadata_lines(tree_path: Path) -> bytes:
-    """`<tree>/metadata.jsonl`, its lines rendered as the walk finds them:
-    no model of the tree, no list of records (fmtfs.formats.gvfs.lazy)."""
+def metadata_pieces(tree_path: Path) -> Iterator[bytes]:
+    """`<tree>/metadata.jsonl`, its lines rendered as the walk finds them,
+    PIECE_LINES at a time: no model of the tree, no list of records
+    (fmtfs.formats.gvfs.lazy)."""
     state = read_state(tree_path, whole=False)
     assert isinstance(state.tree, LazyTree)
     rows = keyed_rows(effective_model(state), state.tree)
-    with paused():
-        return render_lines(metadata_record(*row) for row in rows)
+    while True:
+        with paused():
+            piece = render_lines(metadata_record(*row) for row in islice(rows, PIECE_LINES))
+        if not piece:
+            return
+        yield piece
 
 
 # -- writing -----------------------------------------------------------------
