@@ -324,9 +324,30 @@ class LazyTree:
         )
 
     def _find_owners(self) -> dict[int, int]:
+        """The blocks _walk would read, each with the dirent that reads it,
+        in _walk's order, visiting only folders: a child whose children
+        block is empty or invalid reads nothing, so neither its name nor
+        its place on the stack changes who reads what (a third of the
+        time of a walk of every node)."""
+        r, data, size = self._reader, self._reader.data, self._reader.size
         seen: dict[int, int] = {}
-        for _ in _walk(self._reader, self.header.root, self.root_dirent, None, _no_payload, seen):
-            pass
+        stack = [(self.header.root, self.root_dirent[0])]
+        while stack:
+            dirent_off, children_off = stack.pop()
+            n = r.array(children_off, 16) if children_off else None
+            if not n or children_off in seen:
+                continue
+            seen[children_off] = dirent_off
+            flat = struct.unpack_from(f">{4 * n}I", data, children_off + 4)
+            for i in range(0, 4 * n, 4):
+                below = flat[i + 1]
+                if (
+                    below
+                    and below + 4 <= size
+                    and data[below : below + 4] != b"\0\0\0\0"
+                    and r.string(flat[i]) is not None
+                ):
+                    stack.append((children_off + 4 + 4 * i, below))
         return seen
 
     def problems(self) -> list[tuple[int, str]]:
