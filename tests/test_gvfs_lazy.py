@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry
 from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model
+from fmtfs.formats.gvfs.metadata import PIECE_LINES, metadata_pieces
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, OP_UNSET, Entry, MetaModel, Node
 from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.tree import LazyTree, TreeError, build_tree, read_tree
@@ -119,7 +120,7 @@ def test_metadata_view_memory_stays_near_its_bytes(tmp_path):
     tree_bytes = tree.stat().st_size
     tracemalloc.start()
     try:
-        lines = b"".join(store.metadata_pieces(tree))
+        lines = b"".join(metadata_pieces(tree))
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
@@ -153,7 +154,7 @@ def test_metadata_view_is_held_as_compressed_pieces(tmp_path):
     assert peak < tree_path.stat().st_size + len(want) // 2 + (8 << 20), (peak, len(want))
     view = tree.file("home/metadata.jsonl")
     batches = list(view.records())
-    assert len(batches) == -(-40_000 // store.PIECE_LINES) and sum(map(len, batches)) == 40_000
+    assert len(batches) == -(-40_000 // PIECE_LINES) and sum(map(len, batches)) == 40_000
     assert [r for batch in batches for r in batch] == parse_lines(want)
     # a second tree over the same cache takes the pieces from it: no walk, same bytes
     again = SourceTree(GvfsFormat(folder, {}), tmp_path / "cache")

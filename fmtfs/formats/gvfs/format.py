@@ -32,6 +32,7 @@ from fmtfs.formats.gvfs.journal import (
     iter_entries,
     read_header,
 )
+from fmtfs.formats.gvfs.metadata import metadata_pieces
 from fmtfs.formats.gvfs.records import entry_record, record_entry
 from fmtfs.formats.gvfs.tree import LazyTree, TreeError
 from fmtfs.formats.schema import ViewSchema
@@ -168,7 +169,7 @@ class GvfsFormat(Format, card=CARD):
         # held at once cost 15x their JSON (fmtfs.formats.gvfs.lazy)
         def pieces() -> Iterator[bytes]:
             try:
-                found = store.metadata_pieces(tree_path)
+                found = metadata_pieces(tree_path)
                 first = next(found, None)  # the tree and journal are read here
             except (OSError, TreeError):
                 return  # reported by problems()

@@ -23,9 +23,7 @@ import secrets
 import string
 import struct
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass
-from itertools import islice
 from pathlib import Path
 
 from fmtfs.formats.base import BadRecord
@@ -39,9 +37,8 @@ from fmtfs.formats.gvfs.journal import (
     new_journal,
     read_journal,
 )
-from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model
+from fmtfs.formats.gvfs.lazy import lazy_model
 from fmtfs.formats.gvfs.model import MetaModel
-from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.tree import (
     HEADER_SIZE,
     ROTATED,
@@ -54,9 +51,7 @@ from fmtfs.formats.gvfs.tree import (
     read_header,
     read_tree,
 )
-from fmtfs.gcpause import paused
 from fmtfs.permissions import inherit
-from fmtfs.render import render_lines
 
 _TEMP = re.compile(r"^(?P<tree>.+)\.[A-Za-z0-9]{6}$")  # mkstemp's <tree>.XXXXXX
 _BACKUP = re.compile(r"\.backup\.\d{4}-\d\d-\d\d")  # <tree>.backup.<ISO 8601>
@@ -67,9 +62,6 @@ _ALNUM = string.ascii_letters + string.digits
 # enough that bulk writes rarely rebuild, small enough that gio's lookups,
 # which walk the journal newest first, stay quick (4 MiB ~ 60,000 entries).
 MAX_JOURNAL_SIZE = 4 << 20
-
-# Lines of metadata.jsonl rendered at a time (about 250 KB of JSON).
-PIECE_LINES = 2000
 
 # Writers of one process take turns; gvfsd-metadata itself must not run
 # while fmtfs writes (it keeps the journal mapped, spec §8).
@@ -190,21 +182,6 @@ def effective_model(state: TreeState) -> MetaModel:
         for entry in state.journal.entries:
             model.apply(entry)
     return model
-
-
-def metadata_pieces(tree_path: Path) -> Iterator[bytes]:
-    """`<tree>/metadata.jsonl`, its lines rendered as the walk finds them,
-    PIECE_LINES at a time: no model of the tree, no list of records
-    (fmtfs.formats.gvfs.lazy)."""
-    state = read_state(tree_path, whole=False)
-    assert isinstance(state.tree, LazyTree)
-    rows = keyed_rows(effective_model(state), state.tree)
-    while True:
-        with paused():
-            piece = render_lines(metadata_record(*row) for row in islice(rows, PIECE_LINES))
-        if not piece:
-            return
-        yield piece
 
 
 # -- writing -----------------------------------------------------------------
