@@ -242,11 +242,12 @@ class LazyTree:
     """A tree file read the way gvfsd-metadata reads its mmapped tree: a
     node's keys and children are read from the bytes when asked for, so
     nothing per node is held (a model of all 435,000 nodes of a 17 MB tree
-    took 180 MB).  `open` makes gvfs's checks on open (TreeError).
+    took 180 MB).  Making one makes gvfs's checks on open (TreeError).
 
-    A children block that two dirents point at (damage) belongs to the
-    one read_tree reads it with: `owners`, found by one pass of read_tree's
-    walk that builds nothing, on first use."""
+    Every answer is read_tree's: a children block that two dirents point
+    at (damage: a loop, a shared block) belongs to the one read_tree reads
+    it with, found on first use by a pass over the folders in read_tree's
+    order (_find_owners); a block's other dirents have no children."""
 
     def __init__(self, data: bytes) -> None:
         self.header, self._reader, self.keywords, self.root_dirent = _open(data)
