@@ -18,6 +18,7 @@ plus "/" (so `/a.txt` comes before `/a/b`, since "." < "/")."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from heapq import heappop, heappush, merge
 from operator import itemgetter
 
 from fmtfs.formats.gvfs.model import Entry, MetaModel, Node, Ref, Value
@@ -66,15 +67,20 @@ def keyed_rows(model: MetaModel, tree: LazyTree) -> Iterator[Row]:
             blocks.pop()
 
 
-def _listing(prefix: bytes, node: Node | Ref, tree: LazyTree) -> list[_Entry]:
+def _listing(prefix: bytes, node: Node | Ref, tree: LazyTree) -> Iterator[_Entry]:
     """A node's children as entries in path order: each child's own line
-    and, for a child that may have children, the lines below it."""
-    entries: list[_Entry] = []
-    add = entries.append
+    and, for a child that may have children, the lines below it, which sort
+    by its name plus "/", among its later siblings.  The children come in
+    name order straight from the tree's bytes, so a listing holds only the
+    folders it has passed and not yet entered (`later`)."""
+    later: list[tuple[bytes, int, Node | Ref, bytes]] = []  # a heap
     may_have_children = tree.may_have_children
-    for name, child in node.all_children().items() if isinstance(node, Node) else node.children().items():
+    for seq, (name, child) in enumerate(_in_order(node, tree)):
+        while later and later[0][0] < name:
+            key, _, folder, path = heappop(later)
+            yield key, True, folder, path
         path = prefix + b"/" + name
-        add((name, False, child, path))
+        yield name, False, child, path
         if isinstance(child, Ref):
             below = may_have_children(child.dirent[0])
         else:
@@ -82,6 +88,28 @@ def _listing(prefix: bytes, node: Node | Ref, tree: LazyTree) -> list[_Entry]:
                 child.base is not None and may_have_children(child.base.dirent[0])
             )
         if below:
-            add((name + b"/", True, child, path))
-    entries.sort(key=_KEY)  # tree blocks are sorted already: a linear pass
-    return entries
+            heappush(later, (name + b"/", seq, child, path))
+    while later:
+        key, _, folder, path = heappop(later)
+        yield key, True, folder, path
+
+
+def _in_order(node: Node | Ref, tree: LazyTree) -> Iterator[tuple[bytes, Node | Ref]]:
+    """(name, child) of a node's children in name order: the stored ones
+    (a Ref's, a Node's `base`'s) merged with a Node's own (which replace
+    or, as None, remove the stored ones of their name)."""
+    base = node if isinstance(node, Ref) else node.base
+    stored: Iterator[tuple[bytes, Node | Ref]] = iter(())
+    if base is not None:
+        time = base.time
+        stored = (
+            (name, Ref(tree, off, dirent, time))
+            for off, name, dirent in tree.sorted_children(base.off, base.dirent[0])
+        )
+    if isinstance(node, Ref) or not node.children:
+        yield from stored
+        return
+    own = node.children
+    for name, child in merge(stored, sorted(own.items(), key=_KEY), key=_KEY):
+        if own.get(name, child) is child and child is not None:  # a stored child replaced: skipped
+            yield name, child
