@@ -672,7 +672,8 @@ class SourceTree:
         def cached() -> bytes | list[Record] | Pieces:
             data = self.index.derived_get(path, deps)
             if data is not None:
-                return Pieces.from_blob(data) or data
+                pieces = Pieces.from_blob(data)
+                return data if pieces is None else pieces
             if isinstance(render, PiecedRender):
                 pieces = Pieces.of(render.pieces())
                 self.index.derived_put(path, deps, pieces.blob())

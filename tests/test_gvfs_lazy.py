@@ -4,6 +4,7 @@ and journals, damaged trees too; and memory that stays near the bytes."""
 
 from __future__ import annotations
 
+import shutil
 import tracemalloc
 from pathlib import Path
 
@@ -176,3 +177,14 @@ def test_pieces_read_like_bytes():
     assert back is not None and back[0 : len(whole)] == whole
     assert Pieces.from_blob(b'{"a":1}\n') is None
     assert len(Pieces.of([])) == 0 and Pieces.of([])[0:5] == b""
+
+
+def test_an_empty_metadata_view_from_the_cache_is_empty(tmp_path):
+    folder = tmp_path / "src"
+    folder.mkdir()
+    shutil.copy(FIXTURES / "gvfs" / "01-fresh-journal" / "home", folder / "home")  # no keys, no journal
+    for _ in range(2):  # rendered, then from the derived-view cache
+        tree = SourceTree(GvfsFormat(folder, {}), tmp_path / "cache")
+        assert tree.size("home/metadata.jsonl") == 0
+        assert tree.read("home/metadata.jsonl", 0, 100) == b""
+        assert list(tree.file("home/metadata.jsonl").records()) == []
