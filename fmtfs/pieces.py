@@ -71,16 +71,6 @@ class Pieces:
             i += 1
         return b"".join(out)
 
-    def cached(self, start: int, stop: int) -> bytes | None:
-        """[start:stop] if it lies in the piece decompressed last, else None."""
-        last = self._last
-        if last is None:
-            return None
-        i, data = last
-        first = self._ends[i - 1] if i else 0
-        stop = min(stop, len(self))
-        return data[start - first : stop - first] if first <= start <= stop <= self._ends[i] else None
-
     def piece(self, i: int) -> bytes:
         last = self._last  # read once: another thread may replace it
         if last is not None and last[0] == i:
