@@ -16,6 +16,7 @@ FIGURES = {
     "cold_cat_decoding",
     "warm_cat",
     "peak_rss_mb",
+    "first_read_rss_mb",
     "ls_20",
     "write_through",
 } | {

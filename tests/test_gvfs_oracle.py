@@ -18,6 +18,7 @@ from fmtfs.formats.base import BadRecord
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import JOURNAL_SIZE
 from fmtfs.formats.gvfs.tree import build_tree, read_header
+from fmtfs.render import parse_lines
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
 FIXTURES = FIXTURES_ROOT / "gvfs"
@@ -165,7 +166,7 @@ def printed(value) -> str:
 
 
 def home_metadata(folder: Path) -> dict[str, dict]:
-    records = GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()
+    records = parse_lines(GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]())
     return {r["path"]: r for r in records}
 
 

@@ -14,6 +14,7 @@ from fmtfs.formats.gvfs.ghash import SlotOrder, str_hash
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry, read_journal, verify_entry
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV
 from fmtfs.formats.gvfs.tree import TreeError, build_tree, read_header, read_tree
+from fmtfs.render import parse_lines
 from tests import resume
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
@@ -37,7 +38,8 @@ def home_stream(folder: Path):
 
 
 def metadata(folder: Path, tree: str = "home") -> dict[str, dict]:
-    return {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()[f"{tree}/metadata.jsonl"]()}
+    lines = GvfsFormat(folder, {}).derived_views()[f"{tree}/metadata.jsonl"]()
+    return {r["path"]: r for r in parse_lines(lines)}
 
 
 # -- spec vectors ---------------------------------------------------------------

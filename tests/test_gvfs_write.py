@@ -18,10 +18,17 @@ from fmtfs.formats.gvfs.journal import HEADER_SIZE, JOURNAL_SIZE, read_journal
 from fmtfs.formats.gvfs.model import MetaModel, Node
 from fmtfs.formats.gvfs.records import record_entry, show_time
 from fmtfs.formats.gvfs.tree import build_tree, read_header, read_tree
+from fmtfs.render import parse_lines
 from fmtfs.samples import gvfs as sample
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
 FIXTURES = FIXTURES_ROOT / "gvfs"
+
+
+def metadata_by_path(folder: Path) -> dict[str, dict]:
+    """home/metadata.jsonl's lines by path."""
+    lines = GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()
+    return {r["path"]: r for r in parse_lines(lines)}
 
 
 def journal_lines(folder: Path, tree: str = "home") -> list[dict]:
@@ -80,7 +87,7 @@ def test_append_after_existing_entries(tmp_path):
     assert after[20:336] == before[20:336] and struct.unpack_from(">I", after, 16)[0] == 7
     state = read_journal(after)
     assert state.end == 336 + state.entries[-1].size and state.invalid is None
-    meta = {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()}
+    meta = metadata_by_path(folder)
     assert meta["/Pictures/p.png"]["metadata"]["rating"] == "5"
     assert meta["/Pictures/p.png"]["last_changed"] == "2026-11-22T10:00:00Z"
 
@@ -152,7 +159,7 @@ def test_non_utf8_fields_round_trip(tmp_path):
         },
         {"op": "copy", "time": "1970-01-01T00:00:07Z", "path": "/c", "source_base64": "L2Zm/w=="},
     ]
-    meta = GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()
+    meta = parse_lines(GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]())
     odd = [r for r in meta if "path_base64" in r]
     assert [r["path_base64"] for r in odd] == ["L2Zm/w=="]
     assert odd[0]["metadata"] == {} and odd[0]["metadata_base64"] == {"aw==": "gA=="}
@@ -188,7 +195,7 @@ def test_full_journal_grows_before_it_rebuilds(tmp_path, monkeypatch):
     assert store.append_entries(folder / "home", [record_entry(line) for line in more]) == 1
     new_tag = read_header((folder / "home").read_bytes()).tag
     assert new_tag != tag and (folder / f"home-{new_tag:08x}.log").stat().st_size == JOURNAL_SIZE
-    meta = {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()}
+    meta = metadata_by_path(folder)
     assert meta["/Bulk/f0799.2"]["metadata"] == {"n": "v799"} and meta["/Bulk/f0000"]["metadata"] == {
         "n": "v0"
     }
@@ -228,7 +235,7 @@ def test_full_journal_rebuilds_and_rotates(tmp_path, monkeypatch):
     assert {f"/Bulk/f{i:04d}" for i in range(800)} == {
         p.decode() for p in tree_paths if p.startswith(b"/Bulk/")
     } | set(in_journal)
-    meta = {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()}
+    meta = metadata_by_path(folder)
     assert meta["/Bulk/f0000"]["metadata"] == {"n": "v0"}
     assert meta["/Many/résumé.txt"]["metadata"] == {"caption": "héllo ✓"}
 
@@ -317,14 +324,14 @@ def test_remove_of_root_keeps_its_keys_and_copy_into_own_subtree(tmp_path):
             {"op": "unset", "time": 103, "path": "/absent", "key": "k"},
         ]
     )
-    meta = {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()}
+    meta = metadata_by_path(folder)
     assert meta["/Documents/inner/a.txt"]["metadata"] == {"tags": ["red", "green", "blue"]}
     assert "/Documents/inner/inner/a.txt" not in meta
     # COPY onto an ancestor of the source: the destination is removed first, so the source is gone
     assert not any(p.startswith("/Pictures") for p in meta)
     assert "/nowhere" not in meta and "/absent" not in meta
     writer(folder).write([{"op": "remove", "time": 200, "path": "/"}])
-    meta = {r["path"]: r for r in GvfsFormat(folder, {}).derived_views()["home/metadata.jsonl"]()}
+    meta = metadata_by_path(folder)
     assert list(meta) == ["/"] and meta["/"]["metadata"] == {"home-key": "on home dir"}
     assert meta["/"]["last_changed"] == "1970-01-01T00:03:20Z"
 
@@ -411,6 +418,6 @@ def test_sample_generates_a_readable_folder(tmp_path):
     info = fmt.info()["trees"]
     assert info["home"]["journal_status"] == "valid" and 0 < info["home"]["journal_entries"] < 1200
     assert info["home"]["journal_bytes_used"] <= HEADER_SIZE + (JOURNAL_SIZE - HEADER_SIZE) // 2
-    meta = fmt.derived_views()["home/metadata.jsonl"]()
+    meta = parse_lines(fmt.derived_views()["home/metadata.jsonl"]())
     assert len(meta) > 100 and fmt.problems() == []
     assert any(isinstance(v, list) for r in meta for v in r["metadata"].values())

@@ -212,6 +212,20 @@ class Writer(ABC):
 DerivedRender = Callable[[], "list[Record] | bytes"]
 
 
+class PiecedRender:
+    """A DerivedRender of a big `.jsonl` view that renders its lines a
+    piece at a time (each piece a few thousand whole lines): called, it
+    returns them all as bytes; the view tree takes `pieces()` instead and
+    keeps them compressed (fmtfs.pieces), so neither the rendering nor the
+    mount holds the view's records or its whole text."""
+
+    def __init__(self, pieces: Callable[[], Iterator[bytes]]) -> None:
+        self.pieces = pieces
+
+    def __call__(self) -> bytes:
+        return b"".join(self.pieces())
+
+
 @dataclass(frozen=True)
 class ViewSlice:
     """An indexed view from its `skip`-th record on.  A derived view given as
@@ -278,7 +292,7 @@ class Format(ABC):
     def streams(self) -> list[Stream]:
         """The streams the source holds now (re-called when it changes)."""
 
-    def derived_views(self) -> dict[str, DerivedRender | list[ViewSlice]]:
+    def derived_views(self) -> dict[str, DerivedRender | PiecedRender | list[ViewSlice]]:
         """View paths computed from the whole source -> a function rendering
         their records or bytes, or the list of ViewSlices they consist of.
         Called again when any native file changes: keep it cheap."""

@@ -14,6 +14,7 @@ from fmtfs.formats.base import (
     BadRecord,
     Chunk,
     Format,
+    PiecedRender,
     Problem,
     ReadOnlyView,
     Record,
@@ -31,8 +32,9 @@ from fmtfs.formats.gvfs.journal import (
     iter_entries,
     read_header,
 )
-from fmtfs.formats.gvfs.records import entry_record, metadata_records, record_entry
-from fmtfs.formats.gvfs.tree import TreeError
+from fmtfs.formats.gvfs.metadata import metadata_pieces
+from fmtfs.formats.gvfs.records import entry_record, record_entry
+from fmtfs.formats.gvfs.tree import LazyTree, TreeError
 from fmtfs.formats.schema import ViewSchema
 from fmtfs.formats.timerange import native_range
 from fmtfs.shape import decode_name, encode_name
@@ -162,28 +164,33 @@ class GvfsFormat(Format, card=CARD):
         }
 
     @staticmethod
-    def _metadata_renderer(tree_path: Path):
-        def render() -> list[Record]:
+    def _metadata_renderer(tree_path: Path) -> PiecedRender:
+        # lines a piece at a time, not records: the records of a big tree
+        # held at once cost 15x their JSON (fmtfs.formats.gvfs.lazy)
+        def pieces() -> Iterator[bytes]:
             try:
-                state = store.read_state(tree_path)
+                found = metadata_pieces(tree_path)
+                first = next(found, None)  # the tree and journal are read here
             except (OSError, TreeError):
-                return []  # reported by problems()
-            return metadata_records(store.effective_model(state))
+                return  # reported by problems()
+            if first is not None:
+                yield first
+                yield from found
 
-        return render
+        return PiecedRender(pieces)
 
     def problems(self) -> list[Problem]:
         out = []
         for tree in self._catalog().trees:
             try:
-                state = store.read_state(tree.path)
+                lazy = LazyTree(tree.path.read_bytes())
             except TreeError as exc:
                 out.append(Problem(tree.name, 0, f"tree unreadable, as for gvfs: {exc}"))
                 continue
             except OSError as exc:
                 out.append(Problem(tree.name, 0, f"cannot read the tree: {exc.strerror}"))
                 continue
-            out.extend(Problem(tree.name, off, msg) for off, msg in state.tree.problems)
+            out.extend(Problem(tree.name, off, msg) for off, msg in lazy.problems())
         return out
 
     def early_problems(self) -> list[Problem]:
@@ -209,7 +216,7 @@ class GvfsFormat(Format, card=CARD):
                 "journal": tree.journal_path.name,
             }
             try:
-                state = store.read_state(tree.path)
+                state = store.read_state(tree.path, whole=False)
             except (OSError, TreeError) as exc:
                 detail["error"] = str(exc)
                 trees[tree.name] = detail

@@ -2,13 +2,22 @@
 
 This mirrors what gvfsd-metadata holds while rebuilding: nodes named by raw
 bytes, keys and values as bytes, `last_changed` as a signed 64-bit second
-count (0 = never).  Journal entries are applied with `apply`."""
+count (0 = never).  Journal entries are applied with `apply`.
+
+A model is whole (read_tree: every node a Node, what a rebuild writes) or
+lazy (fmtfs.formats.gvfs.lazy: a child may be a Ref, a subtree of the tree
+file nobody changed, loaded into Nodes only when a journal entry reaches
+into it).  Applying entries works on both; the whole-tree passes (walk,
+the tree writer) take whole models only."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Protocol
 
 Value = bytes | list[bytes]
+# a dirent's (children offset, metadata offset, raw last_changed)
+Dirent = tuple[int, int, int]
 
 OP_SET, OP_SETV, OP_UNSET, OP_COPY, OP_REMOVE = 0, 1, 2, 3, 4
 OP_NAMES = {OP_SET: "set", OP_SETV: "setv", OP_UNSET: "unset", OP_COPY: "copy", OP_REMOVE: "remove"}
@@ -20,13 +29,85 @@ def to_i64(value: int) -> int:
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
+class TreeSource(Protocol):
+    """Where a Ref reads its subtree (fmtfs.formats.gvfs.tree.LazyTree)."""
+
+    def time(self, raw: int) -> int: ...
+    def keys(self, dirent_off: int, meta_off: int) -> dict[bytes, Value]: ...
+    def children(self, dirent_off: int, children_off: int) -> list[tuple[int, bytes, Dirent]]: ...
+    def child(self, dirent_off: int, children_off: int, name: bytes) -> tuple[int, Dirent] | None: ...
+
+
+class Ref:
+    """A subtree of the tree file, not loaded: the node at dirent `off` and
+    everything below it, as stored, except that every node of it shows
+    `time` when a copy set it (None: the file's own times)."""
+
+    __slots__ = ("tree", "off", "dirent", "time")
+
+    def __init__(self, tree: TreeSource, off: int, dirent: Dirent, time: int | None = None) -> None:
+        self.tree, self.off, self.dirent, self.time = tree, off, dirent, time
+
+    def last_changed(self) -> int:
+        return self.tree.time(self.dirent[2]) if self.time is None else self.time
+
+    def load(self) -> Node:
+        """This node as a Node, its children still in the file (`base`)."""
+        node = Node(self.last_changed())
+        node.keys = self.tree.keys(self.off, self.dirent[1])
+        node.base = self
+        return node
+
+    def child(self, name: bytes) -> Ref | None:
+        found = self.tree.child(self.off, self.dirent[0], name)
+        return None if found is None else Ref(self.tree, found[0], found[1], self.time)
+
+    def children(self) -> dict[bytes, Ref]:
+        # a dict: a damaged block naming a child twice keeps the last, as read_tree does
+        tree, time = self.tree, self.time
+        return {
+            name: Ref(tree, off, dirent, time)
+            for off, name, dirent in tree.children(self.off, self.dirent[0])
+        }
+
+    def copied(self, mtime: int) -> Ref:
+        """deep_copy's copy: every node takes `mtime` (0: keeps its time)."""
+        return Ref(self.tree, self.off, self.dirent, mtime if mtime else self.time)
+
+
 class Node:
-    __slots__ = ("children", "keys", "last_changed")
+    """A node in memory.  In a lazy model its children are `base`'s (the
+    stored node it was loaded from) overlaid with `children`: a Node or Ref
+    replaces the stored child of that name, None removes it.  A big stored
+    folder thus costs nothing until a child is listed (a journal touching
+    one file of a folder of 87,000 made a Ref of each: 60 MB)."""
+
+    __slots__ = ("children", "keys", "last_changed", "base")
 
     def __init__(self, last_changed: int = 0) -> None:
-        self.children: dict[bytes, Node] = {}
+        self.children: dict[bytes, Node | Ref | None] = {}
         self.keys: dict[bytes, Value] = {}
         self.last_changed = last_changed
+        self.base: Ref | None = None
+
+    def child(self, name: bytes) -> Node | Ref | None:
+        if name in self.children:
+            return self.children[name]
+        return None if self.base is None else self.base.child(name)
+
+    def drop(self, name: bytes) -> None:
+        if self.base is None:
+            del self.children[name]
+        else:
+            self.children[name] = None
+
+    def all_children(self) -> dict[bytes, Node | Ref]:
+        """Every child, stored or in memory (a listing: built when asked)."""
+        if self.base is None:
+            return self.children  # type: ignore[return-value]  # no None without a base
+        merged: dict[bytes, Node | Ref | None] = self.base.children()
+        merged.update(self.children)
+        return {name: child for name, child in merged.items() if child is not None}
 
     def deep_copy(self, mtime: int) -> Node:
         """meta_file_copy_into: every copied node takes `mtime` (or keeps its
@@ -37,7 +118,11 @@ class Node:
             src, dst = stack.pop()
             dst.last_changed = mtime if mtime else src.last_changed
             dst.keys = {k: (list(v) if isinstance(v, list) else v) for k, v in src.keys.items()}
+            dst.base = None if src.base is None else src.base.copied(mtime)
             for name, child in src.children.items():
+                if not isinstance(child, Node):  # a stored subtree, or a removal
+                    dst.children[name] = child if child is None else child.copied(mtime)
+                    continue
                 copy = Node()
                 dst.children[name] = copy
                 stack.append((child, copy))
@@ -84,11 +169,13 @@ class MetaModel:
         name = b""
         for name in split_path(path):
             parent = node
-            child = node.children.get(name)
+            child = node.child(name)
             if child is None:
                 if not create:
                     return None, parent, name
                 child = node.children[name] = Node()
+            elif isinstance(child, Ref):  # about to be read or changed: load it
+                child = node.children[name] = child.load()
             node = child
         return node, parent, name
 
@@ -97,11 +184,11 @@ class MetaModel:
         if node is None:
             return
         if parent is not None:
-            del parent.children[name]
+            parent.drop(name)
             if mtime:
                 self._touch(parent, mtime)
         else:  # the root itself: only its children go
-            node.children = {}
+            node.children, node.base = {}, None
             if mtime:
                 self._touch(node, mtime)
 
@@ -114,7 +201,7 @@ class MetaModel:
         temp = src.deep_copy(mtime)
         target, _, _ = self.lookup(dest, True)
         target.keys = temp.keys
-        target.children = temp.children
+        target.children, target.base = temp.children, temp.base
         self._touch(target, temp.last_changed)
 
     def apply(self, entry: Entry) -> None:
@@ -148,16 +235,3 @@ class MetaModel:
             yield (prefix or b"/"), node
             for name in sorted(node.children, reverse=True):
                 stack.append((prefix + b"/" + name, node.children[name]))
-
-    def keyed(self) -> list[tuple[bytes, Node]]:
-        """(path, node) for every node that has keys, in no particular order."""
-        out = []
-        stack: list[tuple[bytes, Node]] = [(b"", self.root)]
-        pop, push = stack.pop, stack.append
-        while stack:
-            prefix, node = pop()
-            if node.keys:
-                out.append((prefix or b"/", node))
-            for name, child in node.children.items():
-                push((prefix + b"/" + name, child))
-        return out

@@ -12,7 +12,7 @@ from typing import Any
 
 from fmtfs.formats.base import BadRecord, Record
 from fmtfs.formats.gvfs.journal import MAX_ENTRY, encode_entry
-from fmtfs.formats.gvfs.model import OP_CODES, OP_COPY, OP_NAMES, OP_SETV, Entry, MetaModel, Value
+from fmtfs.formats.gvfs.model import OP_CODES, OP_COPY, OP_NAMES, OP_SETV, Entry, Value
 from fmtfs.shape import format_time, parse_time, put_data, take_data
 
 # time.gmtime / strftime cover years 1..9999; beyond that a time shows as
@@ -55,37 +55,29 @@ def entry_record(entry: Entry) -> Record:
     return record
 
 
-def metadata_records(model: MetaModel) -> list[Record]:
-    """Lines of `<tree>/metadata.jsonl`: every node with keys, by path bytes."""
-    rows = model.keyed()
-    rows.sort(key=lambda row: row[0])
-    out = []
-    for path, node in rows:
-        record: Record = {}
+def metadata_record(path: bytes, last_changed: int, keys: dict[bytes, Value]) -> Record:
+    """One line of `<tree>/metadata.jsonl`: a node with keys."""
+    record: Record = {}
+    try:
+        record["path"] = path.decode("utf-8")
+    except UnicodeDecodeError:
+        put_data(record, path, "path")
+    record["last_changed"] = show_time(last_changed)
+    plain: dict[str, Any] = {}
+    encoded: dict[str, Any] = {}
+    for key in sorted(keys) if len(keys) > 1 else keys:
+        value = keys[key]
         try:
-            record["path"] = path.decode("utf-8")
+            text_key = key.decode("utf-8")
+            plain[text_key] = (
+                [item.decode("utf-8") for item in value] if isinstance(value, list) else value.decode("utf-8")
+            )
         except UnicodeDecodeError:
-            put_data(record, path, "path")
-        record["last_changed"] = show_time(model.display_time(node))
-        plain: dict[str, Any] = {}
-        encoded: dict[str, Any] = {}
-        keys = node.keys
-        for key in sorted(keys) if len(keys) > 1 else keys:
-            value = keys[key]
-            try:
-                text_key = key.decode("utf-8")
-                plain[text_key] = (
-                    [item.decode("utf-8") for item in value]
-                    if isinstance(value, list)
-                    else value.decode("utf-8")
-                )
-            except UnicodeDecodeError:
-                encoded[_b64(key)] = [_b64(v) for v in value] if isinstance(value, list) else _b64(value)
-        record["metadata"] = plain
-        if encoded:
-            record["metadata_base64"] = encoded
-        out.append(record)
-    return out
+            encoded[_b64(key)] = [_b64(v) for v in value] if isinstance(value, list) else _b64(value)
+    record["metadata"] = plain
+    if encoded:
+        record["metadata_base64"] = encoded
+    return record
 
 
 # -- writes ------------------------------------------------------------------

@@ -37,11 +37,13 @@ from fmtfs.formats.gvfs.journal import (
     new_journal,
     read_journal,
 )
+from fmtfs.formats.gvfs.lazy import lazy_model
 from fmtfs.formats.gvfs.model import MetaModel
 from fmtfs.formats.gvfs.tree import (
     HEADER_SIZE,
     ROTATED,
     ROTATED_OFFSET,
+    LazyTree,
     TreeError,
     TreeFile,
     TreeHeader,
@@ -147,16 +149,18 @@ def valid_tree_name(name: str) -> str | None:
 
 @dataclass
 class TreeState:
-    tree: TreeFile
+    tree: TreeFile | LazyTree  # the whole model, or the bytes read on demand
     journal_path: Path
     journal: JournalState | None  # None: missing or ignored (see journal_error)
     journal_error: str | None
 
 
-def read_state(tree_path: Path) -> TreeState:
+def read_state(tree_path: Path, whole: bool = True) -> TreeState:
     """The tree and its journal as gvfs would open them (TreeError when the
-    tree itself is unreadable)."""
-    tree = read_tree(tree_path.read_bytes())
+    tree itself is unreadable): the whole tree as a model (what a rebuild
+    needs), or, not `whole`, read lazily (what reading needs: LazyTree)."""
+    data = tree_path.read_bytes()
+    tree = read_tree(data) if whole else LazyTree(data)
     jpath = tree_path.with_name(journal_name(tree_path.name, tree.header.tag))
     try:
         data = jpath.read_bytes()
@@ -169,7 +173,10 @@ def read_state(tree_path: Path) -> TreeState:
 
 
 def effective_model(state: TreeState) -> MetaModel:
-    """The tree with the journal's valid entries applied, as a rebuild does."""
+    """The tree with the journal's valid entries applied, as a rebuild does
+    (a lazy model for a lazily read tree: fmtfs.formats.gvfs.lazy)."""
+    if isinstance(state.tree, LazyTree):
+        return lazy_model(state.tree, state.journal.entries if state.journal else ())
     model = state.tree.model
     if state.journal is not None:
         for entry in state.journal.entries:
@@ -263,7 +270,7 @@ def append_entries(tree_path: Path, entries: list[bytes]) -> int:
             create_tree(tree_path)
         while pending:
             try:
-                header = read_tree(tree_path.read_bytes()).header
+                header = LazyTree(tree_path.read_bytes()).header  # gvfs's checks on open
             except TreeError as exc:
                 raise BadRecord(
                     f"{tree_path.name}: the tree is unreadable ({exc}); gvfs cannot write it"
