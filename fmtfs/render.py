@@ -23,17 +23,7 @@ import orjson
 
 from fmtfs.formats.base import Chunk, Record, Routed, Stream
 from fmtfs.gcpause import paused
-
-_LINE = orjson.OPT_APPEND_NEWLINE
-
-
-def render_lines(records: Iterable[Record]) -> bytes:
-    """One compact JSON object per line, keys in the records' own order."""
-    dumps = orjson.dumps
-    out = bytearray()
-    for record in records:
-        out += dumps(record, option=_LINE)
-    return bytes(out)
+from fmtfs.jsonlines import LINE, render_lines
 
 
 def render_views(records_by_view: dict[str, list[Record]]) -> dict[str, bytes]:
@@ -64,7 +54,7 @@ class _Rendered:
         buffer = bytearray()
         ends = []
         for record in records:
-            buffer += dumps(record, option=_LINE)
+            buffer += dumps(record, option=LINE)
             ends.append(len(buffer))
         self.records = records
         self.data = bytes(buffer)
@@ -141,7 +131,7 @@ def render_one(routed: Iterable[Routed], view: str) -> dict[str, bytes]:
     out = bytearray()
     for record, views in routed:
         if view in views:
-            out += dumps(record, option=_LINE)
+            out += dumps(record, option=LINE)
     return {view: bytes(out)} if out else {}
 
 
@@ -154,7 +144,7 @@ def render_routed(routed: Iterable[Routed]) -> dict[str, bytes]:
     # a view tuple -> the buffers of its views (streams reuse the tuples)
     targets_of: dict[tuple[str, ...], list[bytearray]] = {}
     for record, views in routed:
-        line = dumps(record, option=_LINE)
+        line = dumps(record, option=LINE)
         targets = targets_of.get(views)
         if targets is None:
             targets = targets_of[views] = [buffers.setdefault(view, bytearray()) for view in views]

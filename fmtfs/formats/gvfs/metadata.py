@@ -13,7 +13,7 @@ from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.store import effective_model, read_state
 from fmtfs.formats.gvfs.tree import LazyTree
 from fmtfs.gcpause import paused
-from fmtfs.render import render_lines
+from fmtfs.jsonlines import render_lines
 
 # Lines rendered at a time (about 250 KB of JSON).
 PIECE_LINES = 2000
