@@ -13,14 +13,15 @@ partitions from the chunk table; each executor opens the native files
 itself and decodes its chunks into Arrow batches, so a cluster reads a
 source on shared storage with no FUSE mount anywhere.
 
-Modules: `source` (options -> a format, a view tree), `plan` (partitions
-from chunks, read on executors), `schema` (columns, sampled inference,
-Arrow batches), `timefilter` (pushed time comparisons vs chunk time
-ranges), `pieces` (a chunk parsed from the JSON lines the index kept for
-it, instead of decoded), `kept` (decoded chunks' Arrow batches kept for the
-next query), `batch` and `streaming` (the two readers), `datasource` (the
-DataSource Spark instantiates), `trace` (timestamps of each step, for
-profiling: FMTFS_SPARK_TRACE).
+Modules: `source` (options -> a format, a view tree kept by each worker
+for its next query), `plan` (partitions from chunks, read on executors),
+`schema` (columns, inference from a sample of the kept lines or decoded
+chunks, Arrow batches), `timefilter` (pushed time comparisons vs chunk
+time ranges), `pieces` (a chunk, or a derived view, parsed from the JSON
+lines the index kept of it, instead of decoded), `kept` (decoded chunks'
+Arrow batches kept for the next query), `batch` and `streaming` (the two
+readers), `datasource` (the DataSource Spark instantiates), `trace`
+(timestamps of each step, for profiling: FMTFS_SPARK_TRACE).
 
 Each step of a query runs in a Python worker of its own (the schema, the
 planning, every task), and a fresh worker imports what it unpickles: the

@@ -14,7 +14,7 @@ from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
 from fmtfs.spark.plan import DerivedPartition, chunk_records, is_chunked, partition_records, plan_partitions
-from fmtfs.spark.source import Options, current_streams, format_for, open_tree, view_files
+from fmtfs.spark.source import Options, current_streams, format_for, tree_for, view_files
 from fmtfs.spark.timefilter import TimeTest, time_tests
 from fmtfs.spark.trace import step
 
@@ -52,16 +52,36 @@ def read_batches(
         expected = to_arrow_schema(schema, timezone="UTC")
         tally = _Tally()
         if isinstance(partition, DerivedPartition):  # computed whole: one batch
-            batch = _converted(
-                partial(next, partition_records(opts, partition), None), expected, inferred, tally
-            )
+            batch = _derived_batch(opts, partition, expected, inferred, tally)
             if batch is not None:
                 yield batch
         else:
             yield from _chunk_batches(opts, partition, expected, inferred, tally, keep)
         facts.update(
-            rows=tally.rows, decode=f"{tally.decode:.3f}", arrow=f"{tally.arrow:.3f}", kept=tally.kept
+            rows=tally.rows,
+            decode=f"{tally.decode:.3f}",
+            arrow=f"{tally.arrow:.3f}",
+            kept=tally.kept,
+            pieces=tally.pieces,
         )
+
+
+def _derived_batch(
+    opts: Options, partition: DerivedPartition, expected, inferred: Inferred | None, tally: _Tally
+):
+    """A derived view's one batch: parsed from the bytes the index keeps of
+    it (JSON-typed columns, the index on this machine), else computed."""
+    if inferred is None:
+        from fmtfs.spark.pieces import rendered_view
+
+        began = time.perf_counter()
+        batch = rendered_view(opts, partition.store, partition.view, expected)
+        if batch is not None:
+            tally.pieces += 1
+            tally.rows += batch.num_rows
+            tally.arrow += time.perf_counter() - began
+            return batch
+    return _converted(partial(next, partition_records(opts, partition), None), expected, inferred, tally)
 
 
 def _chunk_batches(opts: Options, partition, expected, inferred: Inferred | None, tally: _Tally, keep: bool):
@@ -175,7 +195,7 @@ class FmtfsReader(DataSourceReader):
             from fmtfs.spark.kept import trim
 
             trim(self.opts)  # the kept batches within their limit before tasks add more
-            tree = open_tree(self.opts)
+            tree = tree_for(self.opts)
             views = view_files(tree, self.opts["view"])
             planned = plan_partitions(tree, views, self.opts, self.tests) or [DerivedPartition("")]
             facts["count"] = len(planned)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 from pyspark.sql.types import StructType
 
-from fmtfs.spark.source import Options, lower_options, open_tree, required_view, view_files
+from fmtfs.spark.source import Options, lower_options, required_view, tree_for, view_files
 from fmtfs.spark.trace import step
 
 if TYPE_CHECKING:
@@ -29,7 +29,7 @@ class FmtfsDataSource(DataSource):
     def _setup(self):
         opts = lower_options(self.options)
         required_view(opts)
-        tree = open_tree(opts)
+        tree = tree_for(opts)
         return opts, tree, view_files(tree, opts["view"])
 
     def _typing(self, opts: Options, tree, views: list[str]) -> Inferred | None:

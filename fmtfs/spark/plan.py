@@ -46,10 +46,13 @@ class ChunkPartition(InputPartition):
 
 
 class DerivedPartition(InputPartition):
-    """A derived view (computed from the whole source), read whole."""
+    """A derived view (computed from the whole source), read whole; `store`:
+    the source's kept pieces where the driver indexed it (a task that sees
+    it reads the view's bytes the index keeps: fmtfs.spark.pieces)."""
 
-    def __init__(self, view: str) -> None:
+    def __init__(self, view: str, store: str | None = None) -> None:
         self.view = view
+        self.store = store
 
 
 def is_chunked(file) -> bool:
@@ -93,6 +96,8 @@ def plan_partitions(tree, views: list[str], opts: Options, tests: list[TimeTest]
     chunks: list = []
     kept: dict[int, Any] = {}  # id(chunk) -> where its rendered lines are kept
     derived: list[InputPartition] = []
+    store = tree.index.kept
+    where = str(store.path) if store is not None else None
     for view in views:
         file = tree.files[view]
         if is_chunked(file):
@@ -101,22 +106,34 @@ def plan_partitions(tree, views: list[str], opts: Options, tests: list[TimeTest]
                     chunks.append(c)
                     kept[id(c)] = _kept_piece(file, c)
         else:
-            derived.append(DerivedPartition(view))
+            derived.append(DerivedPartition(view, where))
     packed = pack(chunks, opts)
-    store = tree.index.kept
     for partition in packed if store is not None else ():
-        partition.store = str(store.path)
+        partition.store = where
         partition.pieces = [kept[id(c)] for c in partition.chunks]
     return packed + derived
 
 
-def _kept_piece(file, chunk):
-    """Where the index kept `chunk`'s rendered lines (fmtfs.keptpieces), or None."""
+def _indexed_part(file, chunk):
+    """The indexed view file `chunk` is of (a part of a sliced view)."""
     from fmtfs.views import SlicedFile
 
-    if isinstance(file, SlicedFile):  # the part of the slice the chunk is of
-        file = next(f for f, _ in file.parts if f.stream.name == chunk.stream and f.view == chunk.view)
-    return file.entry.kept.get((chunk.view, chunk.seq))
+    if isinstance(file, SlicedFile):
+        return next(f for f, _ in file.parts if f.stream.name == chunk.stream and f.view == chunk.view)
+    return file
+
+
+def _kept_piece(file, chunk):
+    """Where the index kept `chunk`'s rendered lines (fmtfs.keptpieces), or None."""
+    return _indexed_part(file, chunk).entry.kept.get((chunk.view, chunk.seq))
+
+
+def kept_place(file, chunk) -> tuple[str | None, Any]:
+    """Where the index kept the lines of the whole `chunk`: its store file's
+    path and the piece (fmtfs.keptpieces.Kept), or (None, None)."""
+    kept = _kept_piece(file, chunk)
+    store = _indexed_part(file, chunk).index.kept
+    return (str(store.path), kept) if kept is not None and store is not None else (None, None)
 
 
 def partition_records(opts: Options, partition: InputPartition) -> Iterator[list[dict]]:
