@@ -343,3 +343,19 @@ def test_a_query_step_reuses_its_tree_and_sees_the_source_grow(wallaby) -> None:
     assert again is tree and again.files[VIEW].record_count() == before + 500
     other = tree_for(wallaby | {"cachedir": wallaby["cachedir"] + "-other"})
     assert other is not tree
+
+
+def test_a_tree_that_rendered_a_derived_view_is_not_kept(tmp_path: Path) -> None:
+    """A derived view holds its records in memory once rendered (gvfs
+    metadata.jsonl: about 15x its JSON): a worker does not keep that tree
+    for its next query, it opens a new one."""
+    from fmtfs.spark.source import tree_for
+    from fmtfs.views import BytesFile
+
+    opts = {"path": str(_source("sample", "gvfs", tmp_path / "src")), "format": "gvfs"}
+    opts["cachedir"] = str(tmp_path / "c")
+    tree = tree_for(opts)
+    assert tree_for(opts) is tree
+    view = next(v for v, f in tree.files.items() if v.endswith(".jsonl") and isinstance(f, BytesFile))
+    assert tree.files[view].data()
+    assert tree_for(opts) is not tree

@@ -76,19 +76,28 @@ def tree_for(opts: Options):
     view (a 20 MB wallaby log's 5,194 hour buckets: 0.12-0.18 s, paid by
     the schema step, the reader and the planning of every query).  A kept
     tree is refreshed first, as a mount's is: a source that changed is
-    re-indexed, so a query sees what the source holds now.  One tree at a
-    time: a tree holds the derived views it rendered."""
+    re-indexed, so a query sees what the source holds now (a file's last
+    chunk, not kept while it was written, is kept by a tree opened after
+    the file settled).  One tree at a time, and none that rendered a
+    derived view (a gvfs metadata.jsonl holds its records as Python objects,
+    about 15x its JSON): that one is opened anew."""
     key = tuple(sorted(item for item in opts.items() if item[0] not in _READ_ONLY_OPTIONS))
     with _trees_lock:
         tree = _trees.get(key)
-        if tree is None:
-            for old in _trees.values():
-                old.close()
-            _trees.clear()
-            tree = _trees[key] = open_tree(opts)
-        else:
+        if tree is not None and not _holds_rendered_views(tree):
             tree.refresh(force=True)
+            return tree
+        for old in _trees.values():
+            old.close()
+        _trees.clear()
+        tree = _trees[key] = open_tree(opts)
         return tree
+
+
+def _holds_rendered_views(tree) -> bool:
+    from fmtfs.views import BytesFile
+
+    return any(isinstance(f, BytesFile) and f.size_known() for f in tree.files.values())
 
 
 def required_view(opts: Options) -> str:
