@@ -16,9 +16,9 @@ chunk, as spark.read.json reads every line), so it costs a few chunks, not
 a second pass over the data.  A chunk whose lines the index kept is parsed
 from them (as spark.read.json of the view would see it: a NaN float is
 null), the others are decoded.  The schema step of a query runs before
-any task, on the driver alone: a sample of some megabytes to decode is
-decoded by forked processes on every core (sample_arrays).  A key found in no sampled chunk is not a
-column (as with spark.read.json's samplingRatio); give `.schema(...)` or
+any task, on the driver alone: a sample of some megabytes is read by
+forked processes on every core (sample_arrays).  A key found in no
+sampled chunk is not a column (as with spark.read.json's samplingRatio); give `.schema(...)` or
 `inferChunks=all` when that matters.  The result is cached under
 `cacheDir` per state of the source."""
 
@@ -153,7 +153,11 @@ def sample_arrays(opts: Options, sample: list, workers: int) -> Iterator[pa.Stru
     jobs = [(chunk, kept_place(file, chunk)) for file, chunk in sample]
     if workers <= 1:
         try:
-            yield from filter(None, (_job_array(opts, job) for job in jobs))
+            for (file, chunk), job in zip(sample, jobs, strict=True):
+                records = _kept_records(job)
+                arr = _array(records if records is not None else file.chunk_records(chunk))
+                if arr is not None:
+                    yield arr
         finally:
             _close_stores()
         return
@@ -163,7 +167,7 @@ def sample_arrays(opts: Options, sample: list, workers: int) -> Iterator[pa.Stru
 
 def _fresh_formats() -> None:
     forget_formats()
-    _stores.clear()  # the parent's, if any: this process opens its own
+    _stores.clear()  # this process opens the stores itself
     gc.disable()  # a worker's records live one chunk each and form no cycles
 
 
@@ -177,20 +181,17 @@ def _close_stores() -> None:
     _stores.clear()
 
 
-def _records(opts: Options, job: tuple) -> list:
-    """A sampled chunk's records: parsed from its kept lines, else decoded."""
+def _kept_records(job: tuple) -> list | None:
+    """A sampled chunk's records parsed from its kept lines (None: decode it)."""
     chunk, (store, kept) = job
-    records = None
-    if kept is not None:
-        try:
-            if store not in _stores:
-                _stores[store] = KeptPieces(Path(store), 0)
-            records = lines_records(_stores[store].get(kept), chunk)
-        except OSError:  # the store cannot be opened here: decode
-            records = None
-    if records is None:
-        records = next(partition_records(opts, ChunkPartition([chunk])), [])
-    return records
+    if kept is None:
+        return None
+    try:
+        if store not in _stores:
+            _stores[store] = KeptPieces(Path(store), 0)
+        return lines_records(_stores[store].get(kept), chunk)
+    except OSError:  # the store cannot be opened here
+        return None
 
 
 def lines_records(data: bytes | None, chunk) -> list | None:
@@ -214,7 +215,11 @@ def _array(records: list) -> pa.StructArray | None:
 
 
 def _job_array(opts: Options, job: tuple) -> pa.StructArray | None:
-    return _array(_records(opts, job))
+    """A forked worker's array of one sampled chunk: parsed, else decoded."""
+    records = _kept_records(job)
+    if records is None:
+        records = next(partition_records(opts, ChunkPartition([job[0]])), [])
+    return _array(records)
 
 
 def sample_workers(sample: list) -> int:
