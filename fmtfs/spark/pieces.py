@@ -106,6 +106,7 @@ def rendered_view(opts: Options, store: str | None, view: str, schema: pa.Schema
     if not store or not os.path.exists(store):
         return None
     file = tree_for(opts).files.get(view)
-    data = file.data() if isinstance(file, BytesFile) else b""
+    held = file.data() if isinstance(file, BytesFile) else b""
+    data = held[0 : len(held)]  # bytes, or the view's compressed pieces (fmtfs.pieces) joined
     table = parsed(data, schema) if data else None
     return _batch(table, schema) if table is not None else None
