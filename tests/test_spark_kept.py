@@ -346,9 +346,9 @@ def test_a_query_step_reuses_its_tree_and_sees_the_source_grow(wallaby) -> None:
 
 
 def test_a_tree_that_rendered_a_derived_view_is_not_kept(tmp_path: Path) -> None:
-    """A derived view holds its records in memory once rendered (gvfs
-    metadata.jsonl: about 15x its JSON): a worker does not keep that tree
-    for its next query, it opens a new one."""
+    """A derived view may hold its records in memory once rendered (10-15x
+    its JSON): a worker does not keep a tree that rendered one for its next
+    query, it opens a new one."""
     from fmtfs.spark.source import tree_for
     from fmtfs.views import BytesFile
 

@@ -79,8 +79,8 @@ def tree_for(opts: Options):
     re-indexed, so a query sees what the source holds now (a file's last
     chunk, not kept while it was written, is kept by a tree opened after
     the file settled).  One tree at a time, and none that rendered a
-    derived view (a gvfs metadata.jsonl holds its records as Python objects,
-    about 15x its JSON): that one is opened anew."""
+    derived view (a rendered view may hold its records as Python objects,
+    10-15x its JSON): that one is opened anew."""
     key = tuple(sorted(item for item in opts.items() if item[0] not in _READ_ONLY_OPTIONS))
     with _trees_lock:
         tree = _trees.get(key)
