@@ -187,6 +187,10 @@ class Twins:
             os.close(fd)
 
 
+# stats of a twin's file, should the builder remove each version found
+SIZE_TRIES = 3
+
+
 class ParquetFile(ViewFile):
     """The Parquet twin of a record view (a ViewFile of the tree)."""
 
@@ -302,9 +306,16 @@ class ParquetFile(ViewFile):
     # -- the ViewFile interface -------------------------------------------
 
     def size(self) -> int:
-        path = self.path()
         self.twins.note_reported(self.home)
-        return path.stat().st_size
+        # the builder may remove the version path() named (a newer one just
+        # switched in) before its stat: a stat then looks again, instead of
+        # telling the kernel the twin does not exist
+        for _ in range(SIZE_TRIES - 1):
+            try:
+                return self.path().stat().st_size
+            except FileNotFoundError:
+                self._served = None
+        return self.path().stat().st_size
 
     def read(self, offset: int, size: int) -> bytes:
         with self.open() as handle:

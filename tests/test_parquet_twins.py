@@ -551,3 +551,18 @@ def test_dead_weight_is_bounded_past_it_the_old_twin_stays_served_until_stats_pa
     fourth = tree.read(path, 0, tree.size(path))
     assert min(group_starts(fourth)) == 4  # rebuilt without the dead weight
     assert pq.read_table(io.BytesIO(fourth)).num_rows == 502
+
+
+def test_a_stat_whose_twin_version_is_removed_under_it_looks_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the builder removes an earlier version once a newer one switched in;
+    # a stat between path() and its stat must not tell the kernel ENOENT
+    (tmp_path / "src").mkdir()
+    tree = tree_of(wallaby_sample(tmp_path / "src", 300), tmp_path / "cache")
+    twin = tree.file(TWIN)
+    assert isinstance(twin, twins.ParquetFile)
+    real = twin.path()
+    removed = iter([real.with_name("removed-meanwhile.parquet")])
+    monkeypatch.setattr(twin, "path", lambda: next(removed, real))
+    assert twin.size() == real.stat().st_size
