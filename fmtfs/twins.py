@@ -69,10 +69,10 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from fmtfs.index import digest
 from fmtfs.viewfile import ViewFile
@@ -187,8 +187,10 @@ class Twins:
             os.close(fd)
 
 
-# stats of a twin's file, should the builder remove each version found
-SIZE_TRIES = 3
+# looks for a twin's file, should the builder remove each version found
+CURRENT_TRIES = 3
+
+T = TypeVar("T")
 
 
 class ParquetFile(ViewFile):
@@ -307,15 +309,7 @@ class ParquetFile(ViewFile):
 
     def size(self) -> int:
         self.twins.note_reported(self.home)
-        # the builder may remove the version path() named (a newer one just
-        # switched in) before its stat: a stat then looks again, instead of
-        # telling the kernel the twin does not exist
-        for _ in range(SIZE_TRIES - 1):
-            try:
-                return self.path().stat().st_size
-            except FileNotFoundError:
-                self._served = None
-        return self.path().stat().st_size
+        return self._on_current(lambda path: path.stat().st_size)
 
     def read(self, offset: int, size: int) -> bytes:
         with self.open() as handle:
@@ -330,7 +324,19 @@ class ParquetFile(ViewFile):
     def open(self) -> TwinHandle:
         """A handle on the file served now, for one reader (size and bytes
         of one file, whatever is built meanwhile)."""
-        return TwinHandle(self.path())
+        return self._on_current(TwinHandle)
+
+    def _on_current(self, use: Callable[[Path], T]) -> T:
+        """use(the file served now).  The builder may remove the version
+        path() named (a newer one just switched in) before `use` reaches
+        it: it looks again, instead of telling the kernel the twin does
+        not exist."""
+        for _ in range(CURRENT_TRIES - 1):
+            try:
+                return use(self.path())
+            except FileNotFoundError:
+                self._served = None
+        return use(self.path())
 
 
 class TwinHandle:

@@ -566,3 +566,6 @@ def test_a_stat_whose_twin_version_is_removed_under_it_looks_again(
     removed = iter([real.with_name("removed-meanwhile.parquet")])
     monkeypatch.setattr(twin, "path", lambda: next(removed, real))
     assert twin.size() == real.stat().st_size
+    removed = iter([real.with_name("removed-meanwhile.parquet")])  # and an open
+    with twin.open() as handle:
+        assert handle.read(0, 1 << 30) == real.read_bytes()
