@@ -29,7 +29,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager, nullcontext
@@ -56,10 +56,7 @@ def _open(
 ) -> None:
     global _format, _progress
     if forked:  # standard streams on /dev/null, as _quiet_stdio gives spawned workers
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.close(null)
+        _on_devnull((0, 1, 2))
     # the pid the pool's process gave: it may have ended already, while this
     # worker was still importing (a mount unmounted at once)
     threading.Thread(target=_end_with, args=(parent,), daemon=True, name="fmtfs-parent-watch").start()
@@ -91,16 +88,20 @@ def _quiet_stdio() -> Iterator[None]:
             saved[fd] = os.dup(fd)
         except OSError:  # closed: nothing to hide, nothing to restore
             pass
-    null = os.open(os.devnull, os.O_RDWR)
     try:
-        for fd in saved:
-            os.dup2(null, fd)
+        _on_devnull(saved)
         yield
     finally:
         for fd, copy in saved.items():
             os.dup2(copy, fd)
             os.close(copy)
-        os.close(null)
+
+
+def _on_devnull(fds: Iterable[int]) -> None:
+    null = os.open(os.devnull, os.O_RDWR)
+    for fd in fds:
+        os.dup2(null, fd)
+    os.close(null)
 
 
 def _stream(name: str) -> Stream:
