@@ -438,7 +438,7 @@ def figure_cat(run: FormatRun) -> list[Figure]:
 
 
 def figure_first_read_rss(run: FormatRun) -> list[Figure]:
-    """The peak RSS of a mount over an empty cache (and its children) from
+    """The peak memory (PSS, see _rss) of a mount over an empty cache (and its children) from
     its first stat of every view through a `cat` of them: what the cat
     figure's sampler, started after the stats, does not see (a derived view
     such as gvfs metadata.jsonl is rendered by the first stat)."""

@@ -240,6 +240,7 @@ class WriterStream(_ChunkedStream):
 # A PUT's command byte and data size; its header's length by command byte.
 _COMMAND_SIZE = struct.Struct("<Bi")
 _PUT_HEADS = {0x86: 1 + PUT_HEADER.size, 0x88: 1 + PUT_HEADER_X.size}
+_LONGEST_HEAD = max(_PUT_HEADS.values())
 
 
 def _put_chunk_starts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
@@ -251,7 +252,7 @@ def _put_chunk_starts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
     while True:
         limit, n = pos + CHUNK_BYTES, 0
         while n < CHUNK_RECORDS and pos < limit:
-            if end - pos < 33:  # the longest header: the scan sees the last records itself
+            if end - pos < _LONGEST_HEAD:  # the scan sees the file's last records itself
                 return
             command, size = unpack(buf, pos)
             head = heads.get(command)
