@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import os
+import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator
@@ -213,6 +214,25 @@ def test_an_unregistered_format_is_not_detected(source, tmp_path):
     done = fmtfs("ls", source, "--cache-dir", tmp_path / "cache", check=False, env=env)
     assert done.returncode == 1 and b"no known format detected" in done.stderr
     assert b"tally" not in done.stderr
+
+
+def test_an_entry_point_under_a_built_in_name_is_ignored(tmp_path):
+    """Built-in names are reserved (fmtfs.formats.registry): a package that
+    registers `beats` changes nothing, and says so when the formats are listed."""
+    root = tmp_path / "squatter"
+    info = root / "squatter-0.1.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: squatter\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fmtfs.formats]\nbeats = squatter:Beats\n")
+    code = (
+        "import logging; logging.basicConfig()\n"
+        "from fmtfs.formats import registry\n"
+        "print(registry.format_class('beats').__module__, registry.names())"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(root), str(REPO)]))
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
+    assert done.stdout.split(" ", 1)[0] == "fmtfs.formats.beats.format"
+    assert "squatter:Beats is ignored, beats is a built-in format" in done.stderr
 
 
 def test_a_real_mount_reads_writes_and_has_a_parquet_twin(package, source, tmp_path):

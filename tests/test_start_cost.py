@@ -88,6 +88,8 @@ assert registry.detect(Path("{source}")) == "{name}"
     assert detected.isdisjoint(FORMAT_MODULES.values()), detected & set(FORMAT_MODULES.values())
     opened = loaded_after(detect + f'registry.open_source(Path("{source}"), None, {{}})')
     assert FORMAT_MODULES[name] in opened
+    # built-in names are reserved: no installed package's metadata is read
+    assert "importlib.metadata" not in opened
     assert opened.isdisjoint(m for other, m in FORMAT_MODULES.items() if other != name)
 
 

@@ -7,7 +7,12 @@ A format is a package with a `Format` subclass, registered under its name:
 
 fmtfs's own five are declared the same way in its pyproject.toml; BUILTIN
 holds them too, for a checkout whose package metadata is not installed.
-Classes are imported on first use, so a format whose module cannot load
+Their names are reserved: an entry point under a built-in name is ignored
+(with a warning), so a built-in format is found without reading the
+installed packages' metadata at all.  That read (importlib.metadata and the
+scan) costs about 40 ms, paid by every command, decode worker and Spark
+Python worker before: it now happens only when a name is not built in, or
+when every format is listed.  Classes are imported on first use, so a format whose module cannot load
 (a missing optional dependency) is skipped by detection and listings and
 breaks no other format's mount.
 
@@ -26,7 +31,6 @@ from __future__ import annotations
 import importlib
 import logging
 from collections.abc import Iterator
-from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -58,22 +62,34 @@ BUILTIN_CARDS: dict[str, str] = {
 # a format as the command line sees it: a card, or an external format's class
 Described = Card | type["Format"]
 
-_targets: dict[str, str] | None = None
+_external: dict[str, str] | None = None  # installed formats not built in, read on first need
 _classes: dict[str, type[Format]] = {}
 
 
 def _scan() -> dict[str, str]:
-    found = {ep.name: ep.value for ep in entry_points(group=GROUP)}
-    builtin = {name: found.pop(name, target) for name, target in BUILTIN.items()}
-    return builtin | dict(sorted(found.items()))
+    from importlib.metadata import entry_points
+
+    found = {}
+    for ep in entry_points(group=GROUP):
+        if ep.name in BUILTIN:
+            if ep.value != BUILTIN[ep.name]:
+                log.warning("format %s: %s is ignored, %s is a built-in format", ep.name, ep.value, ep.name)
+        else:
+            found[ep.name] = ep.value
+    return dict(sorted(found.items()))
+
+
+def external(rescan: bool = False) -> dict[str, str]:
+    """The installed formats that are not built in: name -> "module:Class"."""
+    global _external
+    if _external is None or rescan:
+        _external = _scan()
+    return _external
 
 
 def targets(rescan: bool = False) -> dict[str, str]:
     """Format name -> "module:Class", in detection order."""
-    global _targets
-    if _targets is None or rescan:
-        _targets = _scan()
-    return _targets
+    return BUILTIN | external(rescan)
 
 
 def names() -> list[str]:
@@ -84,7 +100,7 @@ def format_class(name: str) -> type[Format]:
     cls = _classes.get(name)
     if cls is not None:
         return cls
-    known = targets()
+    known = BUILTIN if name in BUILTIN else targets()
     if name not in known:  # registered since the last look (a path added at run time)
         known = targets(rescan=True)
     try:
@@ -104,19 +120,27 @@ def format_class(name: str) -> type[Format]:
 def described(name: str) -> Described:
     """A format's card: a built-in one's card module (its class stays
     unimported), an external one's class."""
-    if BUILTIN.get(name) == targets().get(name):
+    if name in BUILTIN:
         card: Card = importlib.import_module(BUILTIN_CARDS[name]).CARD
         return card
     return format_class(name)
 
 
 def cards(rescan: bool = False) -> Iterator[Described]:
-    """Every registered format that loads, as its card, in detection order."""
-    for name in targets(rescan):
+    """Every registered format that loads, as its card, in detection order:
+    the built-in ones before the installed packages' metadata is read."""
+    if rescan:
+        external(rescan=True)
+    for name in _names():
         try:
             yield described(name)
         except (ImportError, AttributeError, FormatError) as exc:
             log.debug("format %s is not usable here: %s", name, exc)
+
+
+def _names() -> Iterator[str]:
+    yield from BUILTIN
+    yield from external()
 
 
 def all_options() -> list[Option]:
@@ -128,8 +152,9 @@ def detect(source: Path) -> str:
     """The name of the format whose files `source` holds."""
     if not source.exists():
         raise FormatError(f"{source}: no such file or directory")
-    formats = list(cards())
-    for card in formats:
+    formats = []
+    for card in cards():  # stops at a built-in format: no metadata read
+        formats.append(card)
         if card.detect(source):
             return card.name
     # a format registered since the registry was read (a path added at run time)
