@@ -8,13 +8,14 @@ side by side, in the same run, on the same bytes.
 
 Per format it generates a sample source of about SIZE MB (fmtfs.samples),
 then measures, with real mounts (`python -m fmtfs mount`) and real `cat`/`ls`
-subprocesses:
+subprocesses, every format's figures without Spark first, then the Spark
+ones (the JVM stays up once started):
 
   first_mount    index build rate (`fmtfs mount`, empty cache)  vs  the plain decode+render loop
   cold_cat       `cat` of every record view over a fresh mount  vs  the plain decode+render loop
                  (the pieces the first mount's scan rendered are kept: read back, not decoded;
                  cold_cat_decoding: the same over a mount that keeps none, every chunk decoded)
-  warm_cat       the same `cat` again                           vs  `cat` of the same bytes in regular files
+  warm_cat       the same `cat` again, best of 5                vs  `cat` of the same bytes in regular files, best of 5
   spark_json     spark.read.json(view folder).count(), a fresh mount, then again  vs  a plain local folder
                  (spark_glob: the same with the glob `folder/*.jsonl` the README recommends, on
                  another fresh mount: Spark lists a folder recursively, bucket views included)
@@ -219,6 +220,9 @@ def mounted(source: Path, mnt: Path, cache: Path, *options: str) -> Iterator[flo
             time.sleep(0.1)
 
 
+WARM_RUNS = 5  # timings of a warm `cat`, of which the best counts
+
+
 def run_cat(paths: list[Path]) -> float:
     seconds, _ = timed(
         lambda: subprocess.run(["cat", *map(str, paths)], stdout=subprocess.DEVNULL, check=True)
@@ -390,7 +394,9 @@ def figure_cat(run: FormatRun) -> list[Figure]:
             cold = run_cat(views)
         # outside the sampler: its walks of /proc every 50 ms ran during this
         # cat alone, not during the regular files' one it is compared with
-        warm = run_cat(views)
+        # the best of several, here and for the regular files: one `cat` of
+        # page-cached bytes takes 5-50 ms, the size of a scheduler hiccup
+        warm = min(run_cat(views) for _ in range(WARM_RUNS))
         copies = []
         for view in views:
             copy = plain / view.relative_to(mnt)
@@ -402,7 +408,7 @@ def figure_cat(run: FormatRun) -> list[Figure]:
         raise SystemExit(
             f"{run.fmt}: the views hold {size} bytes, the baseline rendered {run.rendered_bytes}"
         )
-    regular = run_cat(copies)
+    regular = min(run_cat(copies) for _ in range(WARM_RUNS))
     mb, json_mb = run.native_bytes / 1e6, size / 1e6
     baseline_text = f"{run.baseline_kind} {run.baseline_rate * json_mb / mb:.1f} MB/s of JSON"
     return [
@@ -973,31 +979,38 @@ def _native_bytes(folder: Path) -> int:
     return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
-def bench_format(fmt: str, megabytes: float, args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
+def prepare_format(fmt: str, megabytes: float, args: argparse.Namespace, scratch: Path) -> FormatRun:
+    """Generate `fmt`'s source; the run its figures share."""
     (scratch / fmt).mkdir()
     seconds, (source, records, native) = timed(lambda: generate(fmt, scratch / fmt, megabytes))
-    print(
-        f"\n{fmt}: {records:,} records, {native / 1e6:.1f} MB of native files (generated in {seconds:.0f} s)"
-    )
-    run = FormatRun(fmt, LAYOUTS[fmt], scratch / fmt, source, records, native, args)
-    figures: list[Figure] = []
-    for figure in FIGURES + ([] if args.no_spark else SPARK_FIGURES):
-        if args.only and figure.__name__.removeprefix("figure_") not in args.only:
+    print(f"{fmt}: {records:,} records, {native / 1e6:.1f} MB of native files (generated in {seconds:.0f} s)")
+    return FormatRun(fmt, LAYOUTS[fmt], scratch / fmt, source, records, native, args)
+
+
+def run_figures(
+    run: FormatRun, figures: list[Callable[[FormatRun], list[Figure]]], rows: list[Figure]
+) -> None:
+    """Add the rows of `figures` (those --only lets through) to `rows`."""
+    print(f"\n{run.fmt}:")
+    for figure in figures:
+        if run.args.only and figure.__name__.removeprefix("figure_") not in run.args.only:
             continue
         for row in figure(run):
-            figures.append(row)
+            rows.append(row)
             print(
                 f"  {row.name:18} {row.ratio:7.3g}   {row.fmtfs:34} vs {row.baseline:36} target {row.target}"
             )
-    shutil.rmtree(scratch / fmt, ignore_errors=True)
+
+
+def format_results(run: FormatRun, rows: list[Figure]) -> dict[str, Any]:
     return {
-        "records": records,
-        "native_mb": native / 1e6,
+        "records": run.records,
+        "native_mb": run.native_bytes / 1e6,
         "json_mb": run.rendered_bytes / 1e6,
         "baseline": run.baseline_kind,
-        "figures": {row.name: row.ratio for row in figures},
+        "figures": {row.name: row.ratio for row in rows},
         "details": {
-            row.name: {"fmtfs": row.fmtfs, "baseline": row.baseline, "target": row.target} for row in figures
+            row.name: {"fmtfs": row.fmtfs, "baseline": row.baseline, "target": row.target} for row in rows
         },
     }
 
@@ -1067,9 +1080,18 @@ def main(argv: list[str] | None = None) -> None:
     if args.scratch is not None:
         args.scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fmtfs-bench-", dir=args.scratch) as scratch:
+        runs = [prepare_format(fmt, megabytes, args, Path(scratch)) for fmt, megabytes in plan.items()]
+        rows: dict[str, list[Figure]] = {run.fmt: [] for run in runs}
         try:
-            for fmt, megabytes in plan.items():
-                results["formats"][fmt] = bench_format(fmt, megabytes, args, Path(scratch))
+            # every format's figures that time fmtfs alone first, then the
+            # Spark ones: a JVM started for one format's Spark figures would
+            # otherwise stay (JIT, GC threads, 2 GB heap) while the next
+            # format's mount and cat are timed
+            for figures in (FIGURES, [] if args.no_spark else SPARK_FIGURES):
+                for run in runs:
+                    run_figures(run, figures, rows[run.fmt])
+            for run in runs:
+                results["formats"][run.fmt] = format_results(run, rows[run.fmt])
         finally:
             if _SPARK:
                 _SPARK[0].stop()
