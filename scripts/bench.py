@@ -15,7 +15,8 @@ ones (the JVM stays up once started):
   cold_cat       `cat` of every record view over a fresh mount  vs  the plain decode+render loop
                  (the pieces the first mount's scan rendered are kept: read back, not decoded;
                  cold_cat_decoding: the same over a mount that keeps none, every chunk decoded)
-  warm_cat       the same `cat` again, best of 5                vs  `cat` of the same bytes in regular files, best of 5
+  warm_cat       the same `cat` again                           vs  `cat` of the same bytes in regular files
+                 (each the best of 5)
   spark_json     spark.read.json(view folder).count(), a fresh mount, then again  vs  a plain local folder
                  (spark_glob: the same with the glob `folder/*.jsonl` the README recommends, on
                  another fresh mount: Spark lists a folder recursively, bucket views included)

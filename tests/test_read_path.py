@@ -3,6 +3,7 @@ snapshots, one decode per chunk for concurrent readers, listings."""
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ from fmtfs.formats import open_source
 from fmtfs.formats.wallaby import WallabyWriter
 from fmtfs.samples.wallaby import START_NS, generate
 from fmtfs.views import IndexedFile, SourceTree
-from tests.mounting import bytes_served, fmtfs, mounted
+from tests.mounting import bytes_served, fmtfs, mounted, unmount
 
 RECORDS = "events.log/records.jsonl"
 
@@ -230,3 +231,31 @@ def test_reads_while_the_workers_start_and_after_give_the_views_bytes(
         tree.close()
     expected = fmtfs("cat", many_chunks, RECORDS, "--cache-dir", tmp_path / "cli").stdout
     assert first == second == expected
+
+
+def test_a_mount_reads_ahead_in_requests_of_a_mebibyte(tmp_path: Path) -> None:
+    """fmtfs.daemon widens the kernel's read-ahead (128 KiB) for its mount:
+    a sequential read arrives in 1 MiB requests, an eighth as many.  The
+    mount point has a space, which mountinfo escapes."""
+    from fmtfs.daemon import READ_AHEAD_KB
+
+    source = _wallaby(tmp_path / "src", 40_000)
+    mountpoint = tmp_path / "a mount"
+    mountpoint.mkdir()
+    log_file = tmp_path / "mount.log"
+    fmtfs("mount", source, mountpoint, "--cache-dir", tmp_path / "cache", "--debug", "--log-file", log_file)
+    try:
+        device = os.stat(mountpoint).st_dev
+        setting = Path(f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb")
+        assert int(setting.read_text()) == READ_AHEAD_KB
+        data = (mountpoint / RECORDS).read_bytes()
+    finally:
+        unmount(mountpoint)
+    assert len(data) > 4 * READ_AHEAD_KB * 1024
+    assert data == fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
+    sizes = [
+        int(line.rsplit(", ", 1)[1].split()[0])
+        for line in log_file.read_text().splitlines()
+        if " read " in line
+    ]
+    assert max(sizes) == READ_AHEAD_KB * 1024
