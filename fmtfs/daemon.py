@@ -65,7 +65,11 @@ def _init_fuse(ops: FmtfsOperations, mountpoint: Path, options: list[str]) -> No
     fuse_options = set(pyfuse3.default_options)
     # the kernel checks every open against the views' owners and modes,
     # which follow the native files (fmtfs.permissions)
-    fuse_options |= {"fsname=fmtfs", "subtype=fmtfs", "default_permissions"}
+    fuse_options |= {"subtype=fmtfs", "default_permissions"}
+    # `mount`, `df` and findmnt show the source, as for a disk or sshfs
+    # (libfuse splits options at commas unless escaped)
+    source = os.path.abspath(ops.tree.format.source)
+    fuse_options.add("fsname=" + source.replace("\\", "\\\\").replace(",", "\\,"))
     fuse_options |= {opt for opt in options if opt not in ("rw",)}
     try:
         pyfuse3.init(ops, str(mountpoint), fuse_options)

@@ -259,3 +259,17 @@ def test_a_mount_reads_ahead_in_requests_of_a_mebibyte(tmp_path: Path) -> None:
         if " read " in line
     ]
     assert max(sizes) == READ_AHEAD_KB * 1024
+
+
+def test_mount_tables_show_the_source(tmp_path: Path) -> None:
+    """`mount`, `df` and findmnt name the source folder (fsname), commas
+    and spaces in its path included."""
+    source = _wallaby(tmp_path / "logs, spring 2026", 100)
+    with mounted(source) as mnt:
+        fields = next(
+            line.split() for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(mnt) in line
+        )
+        shown = fields[fields.index("-") + 2]  # after the separator: type, then source
+        assert fields[fields.index("-") + 1] == "fuse.fmtfs"
+        assert shown.replace("\\040", " ") == str(source)
+        assert (mnt / RECORDS).stat().st_size > 0
