@@ -11,7 +11,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import signal
 import sys
 from collections.abc import Callable
@@ -32,7 +31,6 @@ READY = b"ready\n"
 # sequential `cat` or Spark split costs an eighth of the requests, each a
 # hop through Python (measured: 6-8% less mount CPU for a cold `cat`).
 READ_AHEAD_KB = 1024
-_OCTAL_ESCAPE = re.compile(r"\\([0-7]{3})")  # mountinfo's escape of space, tab, newline, backslash
 
 
 def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int | None) -> None:
@@ -41,8 +39,8 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     # first: workers forked now (fmtfs.decoders) inherit neither the
     # invalidation thread's locks nor the FUSE session's descriptor
     tree.decode_in_workers()
-    # resolved now: once mounted, a look at the mount point itself would
-    # wait for this process to answer it
+    # resolved now: once mounted, resolving it would look at the mount
+    # point, which waits for this process to serve
     where = os.path.realpath(mountpoint)
     try:
         ops = FmtfsOperations(tree)
@@ -85,38 +83,21 @@ def _answering(mountpoint: str, ready: int | None) -> None:
     128 KiB), and for our answer; then the read-ahead is widened and READY
     told, so every file opened after `fmtfs mount` returns reads ahead
     READ_AHEAD_KB (a file takes the read-ahead in force when it is opened)."""
-    os.stat(mountpoint)
-    _widen_read_ahead(mountpoint)
+    _widen_read_ahead(os.stat(mountpoint).st_dev)
     if ready is not None:
         os.write(ready, READY)
         os.close(ready)
 
 
-def _widen_read_ahead(mountpoint: str) -> None:
-    """READ_AHEAD_KB for the mount at `mountpoint` (a resolved path), in
-    its backing device's sysfs entry (writable by root alone; others keep
-    the kernel's default)."""
-    device = _mount_device(mountpoint)
-    if device is None:
-        return
-    setting = Path("/sys/class/bdi") / device / "read_ahead_kb"
+def _widen_read_ahead(device: int) -> None:
+    """READ_AHEAD_KB for the mount's device, in its sysfs entry (writable
+    by root alone; others keep the kernel's default)."""
+    setting = Path(f"/sys/class/bdi/{os.major(device)}:{os.minor(device)}/read_ahead_kb")
     try:
         if int(setting.read_text()) < READ_AHEAD_KB:
             setting.write_text(str(READ_AHEAD_KB))
     except (OSError, ValueError) as exc:
-        log.debug("read-ahead of %s left as it is: %s", mountpoint, exc)
-
-
-def _mount_device(mountpoint: str) -> str | None:
-    """The "major:minor" of the mount at `mountpoint` (a resolved path),
-    from mountinfo: a stat of the mount point would wait for this very
-    process to answer."""
-    found = None
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if _OCTAL_ESCAPE.sub(lambda m: chr(int(m[1], 8)), fields[4]) == mountpoint:
-            found = fields[2]  # the last mount there is the one on top
-    return found
+        log.debug("read-ahead left as it is: %s", exc)
 
 
 async def _serve_until_signal(ops: FmtfsOperations, answering: Callable[[], None]) -> None:

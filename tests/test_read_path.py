@@ -236,7 +236,7 @@ def test_reads_while_the_workers_start_and_after_give_the_views_bytes(
 def test_a_mount_reads_ahead_in_requests_of_a_mebibyte(tmp_path: Path) -> None:
     """fmtfs.daemon widens the kernel's read-ahead (128 KiB) for its mount:
     a sequential read arrives in 1 MiB requests, an eighth as many.  The
-    mount point has a space, which mountinfo escapes."""
+    mount point has a space."""
     from fmtfs.daemon import READ_AHEAD_KB
 
     source = _wallaby(tmp_path / "src", 40_000)
