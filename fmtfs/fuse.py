@@ -248,6 +248,7 @@ class FmtfsOperations(pyfuse3.Operations):
         await self._refresh()
         if not self.tree.is_dir(path):
             raise pyfuse3.FUSEError(errno.ENOTDIR)
+        self.tree.used()  # a listing (Spark's) keeps the twin builder waiting
         return inode
 
     @_errors_to_fuse
@@ -295,6 +296,9 @@ class FmtfsOperations(pyfuse3.Operations):
                     errno.EPERM, path, 0, "`>` refused: views only grow, append with `>>`"
                 )
         info = pyfuse3.FileInfo(fh=self._new_handle(path, writer))
+        # an open keeps the twin builder waiting even when the kernel's kept
+        # pages will serve every read (a second Spark query reaches us here only)
+        self.tree.used()
         view = self.tree.file(path)
         if isinstance(view, ParquetFile):
             # readers of two versions share the inode's page cache: they agree

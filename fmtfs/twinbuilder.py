@@ -29,7 +29,8 @@ BuildProgress = Callable[[int, int], None]
 # this many times its last build took (a live queue grows every second).
 REBUILD_SPACING = 5.0
 
-# Twins nobody asked for are built once no view was read for this long: a
+# Twins nobody asked for are built once the tree was not used (no view
+# read or opened, no folder listed: SourceTree.used) for this long: a
 # build's child process would otherwise add its memory and I/O to a `cat`
 # or a Spark job reading the JSON views (a stat that needs a twin does not
 # wait for this).
@@ -140,8 +141,8 @@ class TwinBuilder:
             self.wake.clear()
 
     def _busy(self) -> bool:
-        """Whether the tree's views are being read."""
-        return time.monotonic() - self.tree.last_read < QUIET_SECONDS
+        """Whether the tree's views are being used (SourceTree.used)."""
+        return time.monotonic() - self.tree.last_use < QUIET_SECONDS
 
     def _todo(self) -> list[ParquetFile]:
         """Twins to build now, the ones asked for first."""
