@@ -1,0 +1,39 @@
+"""The background twin builder of a real mount waits while the mount is in
+use: from the mount's start, and while views are opened or folders listed
+even when no read reaches fmtfs (the kernel's kept pages serve a second
+Spark query; its listing and opens still reach the mount).  A Spark job
+started right after `fmtfs mount` used to meet a builder at work on every
+twin of the tree (wallaby's 5,195 hour buckets: 12 s of CPU)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from fmtfs import twinbuilder
+from fmtfs.samples.wallaby import generate as wallaby_sample
+from tests.mounting import mounted
+
+
+def twin_files(cache: Path) -> list[Path]:
+    return sorted((cache / "parquet").rglob("*.parquet"))
+
+
+def test_a_mount_builds_no_twin_while_it_is_listed_and_opened_then_builds_them(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 2000)
+    cache = tmp_path / "cache"
+    with mounted(source, cache_dir=cache) as mnt:
+        # a user of the mount, from its first moment: listings and opens, no read
+        busy_until = time.monotonic() + 2 * twinbuilder.QUIET_SECONDS + 1
+        while time.monotonic() < busy_until:
+            views = [p for p in (mnt / "events.log" / "buckets").iterdir()]
+            os.close(os.open(views[0], os.O_RDONLY))
+            assert twin_files(cache) == []
+            time.sleep(0.1)
+        # quiet: the builder catches up on its own (the twins nobody asked for)
+        deadline = time.monotonic() + 120
+        while len(twin_files(cache)) < len(views) + 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(twin_files(cache)) == len(views) + 1  # every bucket and records.jsonl
