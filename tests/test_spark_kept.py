@@ -282,6 +282,72 @@ def test_the_schema_sample_is_parsed_from_the_kept_lines(tmp_path: Path, kind: s
     assert checked >= 2
 
 
+@pytest.mark.parametrize(("kind", "fmt"), CASES)
+def test_the_json_columns_typed_from_kept_lines_are_those_of_the_records(
+    tmp_path: Path, kind: str, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """infer(typed=False), the schema of types=json, types each sampled
+    chunk from its kept lines with pyarrow's JSON reader
+    (fmtfs.spark.schema.json_type): the same JSON type as the records
+    give (infer's typed path), for every record view, whole and as a
+    folder, and the reader typed some chunks itself."""
+    from fmtfs.spark import schema
+    from fmtfs.spark.plan import is_chunked
+
+    source = _source(kind, fmt, tmp_path / "src")
+    _settled(source)
+    opts = {"path": str(source), "format": fmt, "cachedir": str(tmp_path / "c"), "inferchunks": "all"}
+    tree = open_tree(opts)
+    views = [v for v, f in tree.files.items() if v.endswith(".jsonl") and is_chunked(f)]
+    typed_by_reader = 0
+    original = schema.lines_type
+
+    def counted(data: bytes, count: int | None = None):
+        nonlocal typed_by_reader
+        found = original(data, count)
+        typed_by_reader += found is not None
+        return found
+
+    monkeypatch.setattr(schema, "lines_type", counted)  # the real function, counted
+    for group in [[v] for v in views] + [view_files(tree, views[0].rpartition("/")[0])]:
+        quick = schema.infer(tree, group, opts | {"view": group[0]}, typed=False)
+        records = schema.infer(tree, group, opts | {"view": group[0]}, typed=True)
+        assert quick.plan is None
+        assert quick.json_type.equals(records.json_type), group
+    # the gvfs fixture's journals mix kinds in `value` in every chunk
+    assert typed_by_reader >= 1 or (kind, fmt) == ("fixtures", "gvfs")
+
+
+LINES = {
+    "plain": b'{"a": 1, "b": "x"}\n{"a": 2.5, "c": [1, 2]}\n',
+    "times": b'{"t": "2020-01-01T00:00:00Z"}\n{"t": "not a time"}\n',
+    "nested": b'{"a": {"b": null}}\n{"a": {"b": {"c": true}, "d": []}}\n',
+    "uint64": b'{"a": 18446744073709551615}\n',
+    "kinds mixed": b'{"a": "1"}\n{"a": 1}\n',
+    "list kinds mixed": b'{"a": [1, "x"]}\n',
+    "key twice": b'{"a": 1, "a": "x"}\n',
+    "object then list": b'{"a": {"b": 1}}\n{"a": [1]}\n',
+}
+
+
+@pytest.mark.parametrize("name", list(LINES))
+def test_lines_type_is_the_records_type_or_none(name: str) -> None:
+    """fmtfs.spark.schema.lines_type gives records_to_array's type of the
+    parsed lines, or None (typed from the records instead) where pyarrow's
+    JSON reader would type them otherwise or refuses them."""
+    from fmtfs import parquet
+    from fmtfs.render import parse_lines
+    from fmtfs.spark.schema import lines_type
+
+    data = LINES[name]
+    found = lines_type(data)
+    if name in ("plain", "times", "nested"):
+        assert found is not None and found.equals(parquet.records_to_array(parse_lines(data)).type)
+    else:
+        assert found is None
+    assert lines_type(data, count=99) is None  # not the chunk's count of lines
+
+
 @pytest.mark.parametrize(("kind", "fmt"), [("sample", "gvfs"), ("fixtures", "gvfs"), ("damaged", "gvfs")])
 def test_a_derived_view_is_parsed_from_the_bytes_the_index_keeps(tmp_path: Path, kind: str, fmt: str) -> None:
     """A derived view (gvfs metadata.jsonl, computed from the whole source)

@@ -44,7 +44,8 @@ class FmtfsDataSource(DataSource):
 
         with step("schema"):
             opts, tree, views = self._setup()
-            return spark_schema(infer(tree, views, opts), opts.get("types", "json"))
+            types = opts.get("types", "json")
+            return spark_schema(infer(tree, views, opts, typed=types == "parquet"), types)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         from fmtfs.spark.batch import FmtfsReader, time_columns

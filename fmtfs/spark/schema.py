@@ -28,12 +28,14 @@ import gc
 import multiprocessing
 import os
 import pickle
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.json as pj
 from pyspark.sql.types import (
     ArrayType,
     BooleanType,
@@ -229,19 +231,33 @@ def sample_workers(sample: list) -> int:
     return min(len(sample), os.cpu_count() or 1)
 
 
-def infer(tree, views: list[str], opts: Options) -> Inferred:
-    """Infer from a sample of chunks; cached per state of the source."""
+def infer(tree, views: list[str], opts: Options, typed: bool = True) -> Inferred:
+    """Infer from a sample of chunks; cached per state of the source.
+    `typed`: learn the Parquet twin's typing plan too (types=parquet);
+    else the JSON type alone, which the kept lines give without building
+    records (json_type)."""
     from fmtfs.index import digest
 
     setting = opts.get("inferchunks", str(DEFAULT_INFER_CHUNKS)).lower()
     chunks = 0 if setting == "all" else max(1, int(setting))
     identities = [tree.files[v].identity() for v in views]
-    key = digest(tree.source_key, views, identities, VERSION, chunks)
+    key = digest(tree.source_key, views, identities, VERSION, chunks, typed)
     cache = cache_dir(opts) / "spark" / f"{key}.pickle"
     try:
         return pickle.loads(cache.read_bytes())
     except (OSError, pickle.UnpicklingError, EOFError, AttributeError):
         pass
+    result = (
+        _typed(tree, views, opts, chunks) if typed else Inferred(json_type(tree, views, opts, chunks), None)
+    )
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(pickle.dumps(result))
+    os.replace(tmp, cache)
+    return result
+
+
+def _typed(tree, views: list[str], opts: Options, chunks: int) -> Inferred:
     shape = parquet.Shape(tree.format.view_schema(views[0]))  # the views of a folder share one
     sample, derived = sampled(tree, views, chunks)
     for file in derived:
@@ -251,12 +267,92 @@ def infer(tree, views: list[str], opts: Options) -> Inferred:
     for arr in sample_arrays(opts, sample, sample_workers(sample)):
         shape.add(arr)  # folded as it comes: O(schema) memory
     plan = shape.plan() if shape.rows else None
-    result = Inferred(shape.type, plan)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(pickle.dumps(result))
-    os.replace(tmp, cache)
-    return result
+    return Inferred(shape.type, plan)
+
+
+def json_type(tree, views: list[str], opts: Options, chunks: int) -> pa.DataType:
+    """The union of the sampled records' JSON types, as _typed learns it
+    (Shape.type), each sampled chunk typed from its kept lines by
+    pyarrow's JSON reader where it can be (lines_type: a proio sample of 8
+    chunks in 0.08 s instead of 0.37 s, so no forked workers), the others
+    and the derived views from their records."""
+    sample, derived = sampled(tree, views, chunks)
+    found: pa.DataType = pa.struct([])
+    rest = []
+    try:
+        for file, chunk in sample:
+            typed = _kept_lines_type(chunk, kept_place(file, chunk))
+            if typed is None:
+                rest.append((file, chunk))
+            else:
+                found = parquet.unify(found, typed)
+    finally:
+        _close_stores()
+    for file in derived:
+        for batch in file.records():
+            if batch:
+                found = parquet.unify(found, parquet.records_to_array(batch).type)
+    for arr in sample_arrays(opts, rest, sample_workers(rest)):
+        found = parquet.unify(found, arr.type)
+    return found
+
+
+def _kept_lines_type(chunk, place: tuple) -> pa.DataType | None:
+    """The type of a whole chunk's records from its kept lines (None: no
+    lines kept here, the chunk is cut, or lines_type cannot tell)."""
+    store, kept = place
+    if kept is None or chunk.skip or chunk.take is not None:
+        return None
+    try:
+        if store not in _stores:
+            _stores[store] = KeptPieces(Path(store), 0)
+        data = _stores[store].get(kept)
+    except OSError:
+        return None
+    return lines_type(data, chunk.total) if data else None
+
+
+# An integer of 19 digits or more may not fit int64: records_to_array
+# makes such a field text, pyarrow's JSON reader a double.
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
+def lines_type(data: bytes, count: int | None = None) -> pa.DataType | None:
+    """The type records_to_array(parse_lines(data)) has, by pyarrow's JSON
+    reader (C++: no Python object per value), or None where the two may
+    differ: a value the reader refuses (kinds mixed in one field, a key
+    twice in an object), an integer that may not fit int64, a count of
+    lines other than `count`.  The reader types RFC 3339 text as
+    timestamps, which are text here."""
+    if _LONG_DIGITS.search(data):
+        return None
+    try:
+        table = pj.read_json(
+            pa.py_buffer(data), read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
+        )
+    except (pa.ArrowException, ValueError):
+        return None
+    if count is not None and table.num_rows != count:
+        return None
+    return _json_kinds(pa.struct(list(table.schema)))
+
+
+def _json_kinds(t: pa.DataType) -> pa.DataType | None:
+    """`t` with timestamps as text (None: a type no JSON value has here)."""
+    if pa.types.is_struct(t):
+        fields = [(f.name, _json_kinds(f.type)) for f in t]
+        if any(sub is None for _, sub in fields):
+            return None
+        return pa.struct([pa.field(name, sub) for name, sub in fields])
+    if pa.types.is_list(t):
+        item = _json_kinds(t.value_type)
+        return None if item is None else pa.list_(item)
+    if pa.types.is_timestamp(t):
+        return pa.string()
+    return t if t in _JSON_KINDS else None
+
+
+_JSON_KINDS = {pa.null(), pa.bool_(), pa.int64(), pa.float64(), pa.string()}
 
 
 def spark_schema(inferred: Inferred, types: str) -> StructType:
