@@ -7,7 +7,7 @@ import gc
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from typing import TYPE_CHECKING
 
 from pyspark.sql.datasource import DataSourceReader, InputPartition
@@ -88,33 +88,59 @@ def _chunk_batches(opts: Options, partition, expected, inferred: Inferred | None
     """Each chunk's batch: parsed from the lines the index kept for it
     (fmtfs.spark.pieces: 3-7x cheaper than decoding, nothing more to keep),
     else a batch kept by an earlier read, else decoded (and kept)."""
-    from fmtfs.spark.kept import KeptBatches
     from fmtfs.spark.pieces import RenderedPieces
 
-    streams = current_streams(opts)
-    kept = KeptBatches(opts, format_for(opts), expected, inferred, keep)
+    decoding = _Decoding(opts, expected, inferred, keep)
     # JSON-typed columns only: typed ones (types=parquet) follow the records' plan
     pieces = RenderedPieces.open(partition.store, partition.pieces) if inferred is None else None
     try:
         for i, chunk in enumerate(partition.chunks):
             batch = _from_piece(pieces, i, chunk, expected, tally) if pieces is not None else None
             if batch is None:  # no piece: a batch kept by an earlier read, else decoded (and kept)
-                stream = streams.get(chunk.stream)
-                key = kept.key(stream, chunk) if stream is not None else None
-                batch = kept.load(key)
-                if batch is not None:
-                    tally.kept += 1
-                    tally.rows += batch.num_rows
-                else:
-                    decode = partial(chunk_records, opts, streams, chunk, partition.vanish_ok)
-                    batch = _converted(decode, expected, inferred, tally)
-                    if batch is not None:
-                        kept.store(key, batch)
+                batch = decoding.batch(chunk, partition.vanish_ok, tally)
             if batch is not None:
                 yield batch
     finally:
         if pieces is not None:
             pieces.close()
+
+
+class _Decoding:
+    """What a chunk without kept lines needs: the source's streams and the
+    kept batches, opened at the first such chunk, so a task whose chunks
+    all parse from their kept lines opens no format (proio's, with its
+    protobuf modules: 0.05-0.1 s of imports in every Python worker)."""
+
+    def __init__(self, opts: Options, expected, inferred: Inferred | None, keep: bool) -> None:
+        self.opts = opts
+        self.expected = expected
+        self.inferred = inferred
+        self.keep = keep
+
+    @cached_property
+    def streams(self) -> dict:
+        return current_streams(self.opts)
+
+    @cached_property
+    def kept(self):
+        from fmtfs.spark.kept import KeptBatches
+
+        return KeptBatches(self.opts, format_for(self.opts), self.expected, self.inferred, self.keep)
+
+    def batch(self, chunk, vanish_ok: bool, tally: _Tally):
+        """`chunk`'s batch kept by an earlier read, else decoded (and kept)."""
+        stream = self.streams.get(chunk.stream)
+        key = self.kept.key(stream, chunk) if stream is not None else None
+        batch = self.kept.load(key)
+        if batch is not None:
+            tally.kept += 1
+            tally.rows += batch.num_rows
+            return batch
+        decode = partial(chunk_records, self.opts, self.streams, chunk, vanish_ok)
+        batch = _converted(decode, self.expected, self.inferred, tally)
+        if batch is not None:
+            self.kept.store(key, batch)
+        return batch
 
 
 def _from_piece(pieces, i: int, chunk, expected, tally: _Tally):

@@ -33,9 +33,12 @@ import pyarrow.json as pj
 
 from fmtfs.keptpieces import Kept, KeptPieces
 from fmtfs.render import parse_lines
-from fmtfs.spark.schema import to_batch
-from fmtfs.spark.source import Options, tree_for
-from fmtfs.views import BytesFile
+from fmtfs.spark.source import Options
+
+# A task whose chunks pyarrow's reader parses imports neither the
+# conversion of records (fmtfs.spark.schema, fmtfs.parquet: pyarrow.compute
+# and pyarrow.parquet, 0.06 s per Python worker) nor the view tree: each is
+# imported where it is needed.
 
 
 class RenderedPieces:
@@ -84,6 +87,8 @@ def parsed(data: bytes, schema: pa.Schema) -> pa.Table | None:
         )
     except (pa.ArrowException, ValueError):
         pass
+    from fmtfs.spark.schema import to_batch
+
     try:
         records = parse_lines(data)
         return pa.Table.from_batches([to_batch(records, schema, None)]) if records else None
@@ -105,6 +110,9 @@ def rendered_view(opts: Options, store: str | None, view: str, schema: pa.Schema
     the view must be computed instead."""
     if not store or not os.path.exists(store):
         return None
+    from fmtfs.spark.source import tree_for
+    from fmtfs.views import BytesFile
+
     file = tree_for(opts).files.get(view)
     held = file.data() if isinstance(file, BytesFile) else b""
     data = held[0 : len(held)]  # bytes, or the view's compressed pieces (fmtfs.pieces) joined

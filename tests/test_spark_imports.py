@@ -1,0 +1,64 @@
+"""What a data source task imports (every Spark Python worker pays its
+imports at the first query it runs): a task whose chunks all parse from
+the lines the index kept opens no format and converts no records, so it
+imports neither the format's decoding nor fmtfs.parquet (pyarrow.compute,
+pyarrow.parquet).  No Spark session: the task runs in a fresh interpreter,
+as a worker runs it, on a partition planned here."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from fmtfs.samples import proio
+from fmtfs.spark import open_tree, plan_partitions, view_files
+from fmtfs.spark.schema import infer, spark_schema
+
+# runs one partition as a task does, then names the modules it loaded
+TASK = """
+import pickle, sys
+from fmtfs.spark.batch import read_batches
+opts, schema, partition = pickle.loads(sys.stdin.buffer.read())
+rows = sum(batch.num_rows for batch in read_batches(opts, schema, None, partition))
+print(rows, *sys.modules)
+"""
+DECODING = ("fmtfs.formats.proio.format", "fmtfs.formats.proio.wire", "google.protobuf")
+CONVERTING = ("fmtfs.parquet", "fmtfs.spark.schema", "pyarrow.compute", "pyarrow.parquet")
+
+
+def _task(opts: dict[str, str], schema, partition) -> tuple[int, set[str]]:
+    done = subprocess.run(
+        [sys.executable, "-c", TASK],
+        input=pickle.dumps((opts, schema, partition)),
+        capture_output=True,
+        check=True,
+    )
+    rows, *modules = done.stdout.split()
+    return int(rows), {m.decode() for m in modules}
+
+
+def test_a_task_reading_kept_lines_imports_no_decoding_or_conversion(tmp_path: Path) -> None:
+    (tmp_path / "src").mkdir()
+    source = proio.generate(tmp_path / "src", 3000)
+    hour_ago = time.time() - 3600  # settled: the last chunk's lines are kept too
+    for path in source.rglob("*"):
+        os.utime(path, (hour_ago, hour_ago))
+    opts = {"path": str(source), "format": "proio", "cachedir": str(tmp_path / "c"), "view": "sample.proio"}
+    tree = open_tree(opts)
+    views = view_files(tree, opts["view"])
+    schema = spark_schema(infer(tree, views, opts, typed=False), "json")
+    (partition,) = plan_partitions(tree, views, opts | {"partitionbytes": str(1 << 40)})
+    assert partition.pieces and all(partition.pieces)  # every chunk's lines kept
+    rows, loaded = _task(opts, schema, partition)
+    assert rows == sum(len(f.chunk_records(c)) for f in map(tree.files.get, views) for c in f.chunks())
+    assert not loaded & set(DECODING + CONVERTING), loaded & set(DECODING + CONVERTING)
+
+    # the same task with no kept lines decodes: the format is imported then
+    partition.pieces = None
+    rows_decoded, loaded = _task(opts, schema, partition)
+    assert rows_decoded == rows
+    assert "fmtfs.formats.proio.format" in loaded
