@@ -71,6 +71,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -198,8 +199,14 @@ class ParquetFile(ViewFile):
 
     def __init__(self, twins: Twins, source: ViewFile, view: str) -> None:
         self.twins, self.source, self.view = twins, source, view
-        self.home = twins.folder / digest(twins.source_key, view)[:16]  # this view's versions
         self._served: tuple[str, Path] | None = None  # (identity, file) last found whole
+
+    @cached_property
+    def home(self) -> Path:
+        """The folder of this view's versions.  Found at first use: a tree
+        makes a twin object per record view (wallaby's 5,194 hour buckets),
+        and the data source opening it uses none of them."""
+        return self.twins.folder / digest(self.twins.source_key, self.view)[:16]
 
     # -- which file -------------------------------------------------------
 

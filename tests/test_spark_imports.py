@@ -62,3 +62,20 @@ def test_a_task_reading_kept_lines_imports_no_decoding_or_conversion(tmp_path: P
     rows_decoded, loaded = _task(opts, schema, partition)
     assert rows_decoded == rows
     assert "fmtfs.formats.proio.format" in loaded
+
+
+def test_opening_a_tree_finds_no_twin_folder_until_a_twin_is_used(tmp_path: Path) -> None:
+    """A tree makes a twin object per record view (wallaby: one per hour
+    bucket); where each twin's versions live is found when the twin is
+    used, not for every view each time a data source worker opens the tree."""
+    from fmtfs.samples import wallaby
+
+    (tmp_path / "src").mkdir()
+    source = wallaby.generate(tmp_path / "src", 3000)
+    tree = open_tree({"path": str(source), "format": "wallaby", "cachedir": str(tmp_path / "c")})
+    twins = [f for name, f in tree.files.items() if name.endswith(".parquet")]
+    assert len(twins) >= 2
+    assert not any("home" in vars(twin) for twin in twins)
+    twin = twins[0]
+    assert twin.size() > 0  # built and served: its folder found then
+    assert twin.home.parent == tree.twins.folder and twin.path().parent == twin.home
