@@ -289,11 +289,27 @@ def json_type(tree, views: list[str], opts: Options, chunks: int) -> pa.DataType
     finally:
         _close_stores()
     for file in derived:
-        for batch in file.records():
-            if batch:
-                found = parquet.unify(found, parquet.records_to_array(batch).type)
+        found = parquet.unify(found, _derived_type(file))
     for arr in sample_arrays(opts, rest, sample_workers(rest)):
         found = parquet.unify(found, arr.type)
+    return found
+
+
+def _derived_type(file) -> pa.DataType:
+    """A derived view's records' type: from its bytes (the index keeps them:
+    gvfs metadata.jsonl, 3.6 MB in 0.05 s instead of 0.13 s) where
+    lines_type can tell, else from its records."""
+    from fmtfs.views import BytesFile
+
+    if isinstance(file, BytesFile):
+        held = file.data()
+        typed = lines_type(held[0 : len(held)]) if len(held) else None  # bytes, or its pieces joined
+        if typed is not None:
+            return typed
+    found: pa.DataType = pa.struct([])
+    for batch in file.records():
+        if batch:
+            found = parquet.unify(found, parquet.records_to_array(batch).type)
     return found
 
 
