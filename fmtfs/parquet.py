@@ -71,12 +71,14 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from fmtfs.formats.base import BadRecord, Record
 from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.shape import parse_time
+
+# pyarrow.compute and pyarrow.parquet (55 ms to import) are loaded where
+# they are used: a Spark worker that only types or parses records needs
+# neither (Array.cast and is_null load pyarrow.compute themselves).
 
 # Row groups: about this many bytes of Arrow data each, at least MIN rows,
 # and at least TARGET_GROUPS of them for a view that is not tiny, so Spark
@@ -211,11 +213,11 @@ def conform(arr: pa.Array, type_: pa.DataType) -> pa.Array:
     if pa.types.is_binary(type_) and pa.types.is_string(arr.type):
         # only declared schemas get here: protobuf's JSON mapping spells bytes in base64
         return _b64_decode(arr, type_)
-    return pc.cast(arr, type_)
+    return arr.cast(type_)
 
 
 def _null_mask(arr: pa.Array) -> pa.Array | None:
-    return pc.is_null(arr) if arr.null_count else None
+    return arr.is_null() if arr.null_count else None
 
 
 # -- typing plan: JSON shape + declaration -> typed columns -----------------
@@ -269,7 +271,7 @@ def _as_times(arr: pa.Array, unit: str) -> pa.Array | None:
     if not pa.types.is_string(arr.type):
         return None
     try:
-        return pc.cast(arr, type_)
+        return arr.cast(type_)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
 
@@ -446,8 +448,8 @@ def _apply(plan: Plan, arr: pa.Array) -> list[tuple[str, pa.Array]]:
         exact = _lenient_times(arr, plan.unit)
         if plan.unit != "ns":
             return [(plan.name, exact)]
-        micros = pc.cast(exact, pa.timestamp("us", tz="UTC"), safe=False)
-        return [(plan.name, micros), (plan.name + "_ns", pc.cast(exact, pa.int64()))]
+        micros = exact.cast(pa.timestamp("us", tz="UTC"), safe=False)
+        return [(plan.name, micros), (plan.name + "_ns", exact.cast(pa.int64()))]
     if kind == "list":
         assert plan.item is not None
         values = _apply(plan.item, arr.flatten())[0][1]
@@ -483,14 +485,19 @@ def _bytes_column(plan: Plan, parent: pa.StructArray, names: set[str]) -> pa.Arr
         out = _as_binary(parent.field(text_key), plan.out)
     if b64_key is not None and b64_key in names:
         decoded = _b64_decode(parent.field(b64_key), plan.out)
-        out = decoded if out is None else pc.coalesce(out, decoded)
+        if out is None:
+            out = decoded
+        else:
+            import pyarrow.compute as pc
+
+            out = pc.coalesce(out, decoded)
     return out if out is not None else pa.nulls(len(parent), plan.out)
 
 
 def _as_binary(arr: pa.Array, type_: pa.DataType) -> pa.Array:
     if pa.types.is_null(arr.type):
         return pa.nulls(len(arr), type_)
-    return pc.cast(arr, type_)  # utf8 -> binary reuses the buffers
+    return arr.cast(type_)  # utf8 -> binary reuses the buffers
 
 
 def _b64_decode(arr: pa.Array, type_: pa.DataType) -> pa.Array:
@@ -629,6 +636,8 @@ def write_twin(
 
 
 def _write_groups(typer: Typer, spill: Spill, tmp: Path, per_group: int) -> int:
+    import pyarrow.parquet as pq
+
     written = 0
     with pq.ParquetWriter(tmp, typer.schema, compression="snappy") as writer:
         if typer.no_rows:

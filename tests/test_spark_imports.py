@@ -79,3 +79,25 @@ def test_opening_a_tree_finds_no_twin_folder_until_a_twin_is_used(tmp_path: Path
     twin = twins[0]
     assert twin.size() > 0  # built and served: its folder found then
     assert twin.home.parent == tree.twins.folder and twin.path().parent == twin.home
+
+
+def test_typing_records_imports_no_pyarrow_compute_or_parquet() -> None:
+    """fmtfs.parquet loads pyarrow.compute and pyarrow.parquet where they
+    are used: the schema step, which types records, and a task parsing kept
+    lines load neither; a cast loads pyarrow.compute, and still works."""
+    code = """
+import sys
+from fmtfs import parquet
+from fmtfs.render import parse_lines
+arr = parquet.records_to_array(parse_lines(b'{"a": 1, "b": {"c": "x"}}\\n{"a": 2.5}\\n'))
+print(arr.type, *sys.modules)
+import pyarrow as pa
+cast = parquet.conform(arr, pa.struct([("a", pa.string()), ("b", pa.struct([("c", pa.string())]))]))
+print(cast.to_pylist(), *sys.modules)
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    typed, cast = done.stdout.splitlines()
+    assert typed.startswith("struct<a: double, b: struct<c: string>>")
+    assert not {"pyarrow.compute", "pyarrow.parquet"} & set(typed.split())
+    assert cast.startswith("[{'a': '1', 'b': {'c': 'x'}}, {'a': '2.5', 'b': None}]")
+    assert "pyarrow.compute" in cast.split()

@@ -322,7 +322,9 @@ LINES = {
     "plain": b'{"a": 1, "b": "x"}\n{"a": 2.5, "c": [1, 2]}\n',
     "times": b'{"t": "2020-01-01T00:00:00Z"}\n{"t": "not a time"}\n',
     "nested": b'{"a": {"b": null}}\n{"a": {"b": {"c": true}, "d": []}}\n',
+    "digits in text": b'{"id": "12345678901234567890123", "n": 1}\n',
     "uint64": b'{"a": 18446744073709551615}\n',
+    "uint64 beside a double": b'{"a": 18446744073709551615, "b": 1.5}\n',
     "kinds mixed": b'{"a": "1"}\n{"a": 1}\n',
     "list kinds mixed": b'{"a": [1, "x"]}\n',
     "key twice": b'{"a": 1, "a": "x"}\n',
@@ -341,7 +343,7 @@ def test_lines_type_is_the_records_type_or_none(name: str) -> None:
 
     data = LINES[name]
     found = lines_type(data)
-    if name in ("plain", "times", "nested"):
+    if name in ("plain", "times", "nested", "digits in text"):
         assert found is not None and found.equals(parquet.records_to_array(parse_lines(data)).type)
     else:
         assert found is None

@@ -28,7 +28,6 @@ import gc
 import multiprocessing
 import os
 import pickle
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -328,11 +327,6 @@ def _kept_lines_type(chunk, place: tuple) -> pa.DataType | None:
     return lines_type(data, chunk.total) if data else None
 
 
-# An integer of 19 digits or more may not fit int64: records_to_array
-# makes such a field text, pyarrow's JSON reader a double.
-_LONG_DIGITS = re.compile(rb"\d{19}")
-
-
 def lines_type(data: bytes, count: int | None = None) -> pa.DataType | None:
     """The type records_to_array(parse_lines(data)) has, by pyarrow's JSON
     reader (C++: no Python object per value), or None where the two may
@@ -340,8 +334,6 @@ def lines_type(data: bytes, count: int | None = None) -> pa.DataType | None:
     twice in an object), an integer that may not fit int64, a count of
     lines other than `count`.  The reader types RFC 3339 text as
     timestamps, which are text here."""
-    if _LONG_DIGITS.search(data):
-        return None
     try:
         table = pj.read_json(
             pa.py_buffer(data), read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1)
@@ -350,7 +342,26 @@ def lines_type(data: bytes, count: int | None = None) -> pa.DataType | None:
         return None
     if count is not None and table.num_rows != count:
         return None
-    return _json_kinds(pa.struct(list(table.schema)))
+    found = _json_kinds(pa.struct(list(table.schema)))
+    if found is None or (_holds_doubles(found) and _LONG_RUN in data.translate(_DIGITS)):
+        # an integer of 19 digits or more may not fit int64: the records
+        # make it text, the reader a double
+        return None
+    return found
+
+
+# each byte -> "0" for a digit, " " for any other: a run of 19 digits is
+# then found by `in` at memchr speed (a regex took 15 ms per MB)
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x20 for b in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def _holds_doubles(t: pa.DataType) -> bool:
+    if pa.types.is_struct(t):
+        return any(_holds_doubles(f.type) for f in t)
+    if pa.types.is_list(t):
+        return _holds_doubles(t.value_type)
+    return t == pa.float64()
 
 
 def _json_kinds(t: pa.DataType) -> pa.DataType | None:
