@@ -26,8 +26,12 @@ readers), `datasource` (the DataSource Spark instantiates), `trace`
 Each step of a query runs in a Python worker of its own (the schema, the
 planning, every task), and a fresh worker imports what it unpickles: the
 modules import what their step needs only (pyarrow is for the schema and
-the tasks, not the planning), and this package loads its names on first
-use, so unpickling `FmtfsDataSource` imports `datasource` alone.
+the tasks, not the planning; a task whose chunks all parse from their
+kept lines opens no format and loads no conversion of records: a proio
+task imports no protobuf, nor pyarrow.compute), and this package loads its
+names on first use, so unpickling `FmtfsDataSource` imports `datasource`
+alone.  Spark keeps its Python workers between queries, so these imports
+are paid at a session's first query (and after the workers idled out).
 
 Options: format, view (required), every option the format declares under
 its camelCase name (fmtfs.formats.options: key_file is keyFile), cacheDir,

@@ -16,11 +16,18 @@ chunk, as spark.read.json reads every line), so it costs a few chunks, not
 a second pass over the data.  A chunk whose lines the index kept is parsed
 from them (as spark.read.json of the view would see it: a NaN float is
 null), the others are decoded.  The schema step of a query runs before
-any task, on the driver alone: a sample of some megabytes is read by
-forked processes on every core (sample_arrays).  A key found in no
-sampled chunk is not a column (as with spark.read.json's samplingRatio); give `.schema(...)` or
-`inferChunks=all` when that matters.  The result is cached under
-`cacheDir` per state of the source."""
+any task, on the driver alone.  With `types` = `json` only the records'
+JSON type is needed: a kept chunk (and a derived view's kept bytes) is
+typed by pyarrow's JSON reader, with no Python object per value
+(json_type, lines_type: a proio sample of 8 chunks in 0.08 s instead of
+0.37 s), unless the reader would type it otherwise than the records (kinds
+mixed in a field, an integer that may not fit int64).  What is left, and
+the typed sample of `types` = `parquet`, is read as records, by forked
+processes on every core when it is some megabytes (sample_arrays).  A key
+found in no sampled chunk is not a column (as with spark.read.json's
+samplingRatio); give `.schema(...)` or `inferChunks=all` when that
+matters.  The result is cached under `cacheDir` per state of the source
+and kind of types."""
 
 from __future__ import annotations
 
