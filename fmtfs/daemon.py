@@ -39,9 +39,6 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     # first: workers forked now (fmtfs.decoders) inherit neither the
     # invalidation thread's locks nor the FUSE session's descriptor
     tree.decode_in_workers()
-    # resolved now: once mounted, resolving it would look at the mount
-    # point, which waits for this process to serve
-    where = os.path.realpath(mountpoint)
     try:
         ops = FmtfsOperations(tree)
         _init_fuse(ops, mountpoint, options)
@@ -52,7 +49,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     try:
         start_builder(tree)  # Parquet twins not on disk yet, in the background
         # SIGTERM/SIGINT unmount cleanly instead of leaving a dead mount point
-        trio.run(_serve_until_signal, ops, functools.partial(_answering, where, ready))
+        trio.run(_serve_until_signal, ops, functools.partial(_answering, mountpoint, ready))
     finally:
         pyfuse3.close(unmount=True)
         log.info("unmounted %s; the server ends", mountpoint)
@@ -77,7 +74,7 @@ def _init_fuse(ops: FmtfsOperations, mountpoint: Path, options: list[str]) -> No
         ) from None
 
 
-def _answering(mountpoint: str, ready: int | None) -> None:
+def _answering(mountpoint: Path, ready: int | None) -> None:
     """Run in a thread as serving starts.  A look at the mount point waits
     for the kernel's INIT, which sets the mount's read-ahead (to at most
     128 KiB), and for our answer; then the read-ahead is widened and READY

@@ -10,11 +10,13 @@ holds them too, for a checkout whose package metadata is not installed.
 Their names are reserved: an entry point under a built-in name is ignored
 (with a warning), so a built-in format is found without reading the
 installed packages' metadata at all.  That read (importlib.metadata and the
-scan) costs about 40 ms, paid by every command, decode worker and Spark
-Python worker before: it now happens only when a name is not built in, or
-when every format is listed.  Classes are imported on first use, so a format whose module cannot load
-(a missing optional dependency) is skipped by detection and listings and
-breaks no other format's mount.
+scan) costs about 40 ms; a decode worker, a Spark Python worker or a twin
+builder opening a built-in format no longer pays it.  It happens when a
+name is not built in, when detection finds no built-in format, or when
+every format is listed (the command line's parser, which takes every
+format's options).  Classes are imported on first use, so a format whose
+module cannot load (a missing optional dependency) is skipped by detection
+and listings and breaks no other format's mount.
 
 Detection asks the formats in order: the built-in ones first (their magics
 are strict), then the others by name.
@@ -152,7 +154,7 @@ def detect(source: Path) -> str:
     """The name of the format whose files `source` holds."""
     if not source.exists():
         raise FormatError(f"{source}: no such file or directory")
-    formats = []
+    formats: list[Described] = []
     for card in cards():  # stops at a built-in format: no metadata read
         formats.append(card)
         if card.detect(source):
