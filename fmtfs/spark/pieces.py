@@ -114,7 +114,7 @@ def rendered_view(opts: Options, store: str | None, view: str, schema: pa.Schema
     from fmtfs.views import BytesFile
 
     file = tree_for(opts).files.get(view)
-    held = file.data() if isinstance(file, BytesFile) else b""
-    data = held[0 : len(held)]  # bytes, or the view's compressed pieces (fmtfs.pieces) joined
+    # its bytes, the compressed pieces (fmtfs.pieces) of a big one joined
+    data = file.read(0, file.size()) if isinstance(file, BytesFile) else b""
     table = parsed(data, schema) if data else None
     return _batch(table, schema) if table is not None else None

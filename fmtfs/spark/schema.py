@@ -189,17 +189,24 @@ def _close_stores() -> None:
     _stores.clear()
 
 
-def _kept_records(job: tuple) -> list | None:
-    """A sampled chunk's records parsed from its kept lines (None: decode it)."""
-    chunk, (store, kept) = job
+def _kept_bytes(store: str, kept) -> bytes | None:
+    """The lines kept at `kept` in the store at `store` (opened once per
+    process while it reads a sample); None: none kept, or the store cannot
+    be opened here."""
     if kept is None:
         return None
     try:
         if store not in _stores:
             _stores[store] = KeptPieces(Path(store), 0)
-        return lines_records(_stores[store].get(kept), chunk)
-    except OSError:  # the store cannot be opened here
+        return _stores[store].get(kept)
+    except OSError:
         return None
+
+
+def _kept_records(job: tuple) -> list | None:
+    """A sampled chunk's records parsed from its kept lines (None: decode it)."""
+    chunk, (store, kept) = job
+    return lines_records(_kept_bytes(store, kept), chunk)
 
 
 def lines_records(data: bytes | None, chunk) -> list | None:
@@ -308,8 +315,8 @@ def _derived_type(file) -> pa.DataType:
     from fmtfs.views import BytesFile
 
     if isinstance(file, BytesFile):
-        held = file.data()
-        typed = lines_type(held[0 : len(held)]) if len(held) else None  # bytes, or its pieces joined
+        size = file.size()
+        typed = lines_type(file.read(0, size)) if size else None  # its bytes, pieces joined
         if typed is not None:
             return typed
     found: pa.DataType = pa.struct([])
@@ -322,15 +329,9 @@ def _derived_type(file) -> pa.DataType:
 def _kept_lines_type(chunk, place: tuple) -> pa.DataType | None:
     """The type of a whole chunk's records from its kept lines (None: no
     lines kept here, the chunk is cut, or lines_type cannot tell)."""
-    store, kept = place
-    if kept is None or chunk.skip or chunk.take is not None:
+    if chunk.skip or chunk.take is not None:
         return None
-    try:
-        if store not in _stores:
-            _stores[store] = KeptPieces(Path(store), 0)
-        data = _stores[store].get(kept)
-    except OSError:
-        return None
+    data = _kept_bytes(*place)
     return lines_type(data, chunk.total) if data else None
 
 
