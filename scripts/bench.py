@@ -179,6 +179,7 @@ class FormatRun:
     baseline_seconds: list[float] = field(default_factory=list)  # one per baseline run
     baseline_kind: str = ""
     rendered_bytes: int = 0
+    rows: list[Figure] = field(default_factory=list)  # the figures measured so far
 
     def fresh(self, name: str) -> Path:
         path = self.scratch / name
@@ -988,30 +989,28 @@ def prepare_format(fmt: str, megabytes: float, args: argparse.Namespace, scratch
     return FormatRun(fmt, LAYOUTS[fmt], scratch / fmt, source, records, native, args)
 
 
-def run_figures(
-    run: FormatRun, figures: list[Callable[[FormatRun], list[Figure]]], rows: list[Figure]
-) -> None:
-    """Add the rows of `figures` (those --only lets through) to `rows`."""
-    print(f"\n{run.fmt}:")
-    for figure in figures:
-        if run.args.only and figure.__name__.removeprefix("figure_") not in run.args.only:
-            continue
+def run_figures(run: FormatRun, figures: list[Callable[[FormatRun], list[Figure]]]) -> None:
+    """Add the rows of `figures` (those --only lets through) to run.rows."""
+    chosen = [f for f in figures if not run.args.only or f.__name__.removeprefix("figure_") in run.args.only]
+    if chosen:
+        print(f"\n{run.fmt}:")
+    for figure in chosen:
         for row in figure(run):
-            rows.append(row)
+            run.rows.append(row)
             print(
                 f"  {row.name:18} {row.ratio:7.3g}   {row.fmtfs:34} vs {row.baseline:36} target {row.target}"
             )
 
 
-def format_results(run: FormatRun, rows: list[Figure]) -> dict[str, Any]:
+def format_results(run: FormatRun) -> dict[str, Any]:
     return {
         "records": run.records,
         "native_mb": run.native_bytes / 1e6,
         "json_mb": run.rendered_bytes / 1e6,
         "baseline": run.baseline_kind,
-        "figures": {row.name: row.ratio for row in rows},
+        "figures": {row.name: row.ratio for row in run.rows},
         "details": {
-            row.name: {"fmtfs": row.fmtfs, "baseline": row.baseline, "target": row.target} for row in rows
+            row.name: {"fmtfs": row.fmtfs, "baseline": row.baseline, "target": row.target} for row in run.rows
         },
     }
 
@@ -1082,17 +1081,16 @@ def main(argv: list[str] | None = None) -> None:
         args.scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fmtfs-bench-", dir=args.scratch) as scratch:
         runs = [prepare_format(fmt, megabytes, args, Path(scratch)) for fmt, megabytes in plan.items()]
-        rows: dict[str, list[Figure]] = {run.fmt: [] for run in runs}
         try:
             # every format's figures that time fmtfs alone first, then the
             # Spark ones: a JVM started for one format's Spark figures would
             # otherwise stay (JIT, GC threads, 2 GB heap) while the next
             # format's mount and cat are timed
-            for figures in (FIGURES, [] if args.no_spark else SPARK_FIGURES):
+            for figures in [FIGURES] + ([] if args.no_spark else [SPARK_FIGURES]):
                 for run in runs:
-                    run_figures(run, figures, rows[run.fmt])
+                    run_figures(run, figures)
             for run in runs:
-                results["formats"][run.fmt] = format_results(run, rows[run.fmt])
+                results["formats"][run.fmt] = format_results(run)
         finally:
             if _SPARK:
                 _SPARK[0].stop()
