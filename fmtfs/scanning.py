@@ -33,10 +33,10 @@ fill the store with copies of it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from fmtfs.formats.base import Chunk, Problem, State, Stream
+from fmtfs.formats.base import Boundary, Chunk, Problem, State, Stream
 from fmtfs.gcpause import paused
 from fmtfs.keptpieces import Kept, KeptPieces
 from fmtfs.render import render_views, rendered_lengths
@@ -129,9 +129,7 @@ def scan_range(
     # the GC paused for the whole scan: each chunk's records live until
     # rendered, and young collections would walk them over and over
     with paused():
-        items = stream.measured(part.start, part.state, render=keep is not None) or stream.scan(
-            part.start, part.state
-        )
+        items = _items(stream, part, render=keep is not None)
         for item in items:
             if isinstance(item, Problem):
                 out.problems.append(item)
@@ -144,11 +142,11 @@ def scan_range(
                     del out.problems[len(out.problems) - since :]
                     out.problems += [p for p in kept if p.offset < stop]
                     out.joins = True
-                    close = getattr(items, "close", None)
-                    if close is not None:
-                        close()
+                    items.close()
                     break
                 stop = None  # the cut was wrong: this scan goes on to the end
+                if isinstance(item, Boundary):
+                    continue  # the chunk itself comes next, decoded (_items)
             since = 0
             rendered = None
             if item.count is not None:  # measured by the format as it decoded them
@@ -170,6 +168,28 @@ def scan_range(
         if out.joins or keep_last:
             held.hold(None, None)
     return out
+
+
+def _items(stream: Stream, part: ScanRange, render: bool) -> Iterator[Chunk | Problem]:
+    """The chunks and problems of a scan of `part`, measured if the format
+    measures.  The format may end at `part.stop` with a boundary (Stream.scan);
+    a caller that goes on past it (a wrong cut) gets the rest of the stream,
+    scanned from the boundary's start and state."""
+    start, state = part.start, part.state
+    stop = {} if part.stop is None else {"stop": part.stop}  # formats without cuts take no `stop`
+    while True:
+        items = stream.measured(start, state, render=render, **stop) or stream.scan(start, state, **stop)
+        last = None
+        try:
+            for last in items:
+                yield last
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                close()
+        if not isinstance(last, Boundary):
+            return
+        start, state, stop = last.start, last.state, {}
 
 
 class _Held:

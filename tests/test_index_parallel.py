@@ -94,9 +94,9 @@ def test_the_indexing_process_scans_too_while_the_workers_take_the_first_streams
     for stream in streams:
         real_scan = stream.measured  # a Beats segment's scan for the index
 
-        def counting_scan(start, state, render=False, stream=stream, real_scan=real_scan):
+        def counting_scan(start, state, render=False, stop=None, stream=stream, real_scan=real_scan):
             scanned_here.append(stream.name)
-            return real_scan(start, state, render)
+            return real_scan(start, state, render, stop)
 
         stream.measured = counting_scan
     serial, _ = index(tmp_path / "serial", streams)

@@ -20,7 +20,7 @@ import pytest
 
 from fmtfs.decoders import DecodePool
 from fmtfs.formats import open_source
-from fmtfs.formats.base import Problem, State, Stream
+from fmtfs.formats.base import Boundary, Problem, State, Stream
 from fmtfs.formats.proio import wire
 from fmtfs.formats.wallaby import WallabyWriter
 from fmtfs.index import Index
@@ -181,16 +181,19 @@ def test_damaged_input_scans_alike_split_or_whole(
 
 
 class WrongCuts(Stream):
-    """A stream whose cuts are off: shifted by `shift`, or with another state."""
+    """A stream whose cuts are off: shifted by `shift`, or with another state;
+    its scan passes a range's `stop` on (the format then ends at a boundary
+    there) or ignores it."""
 
-    def __init__(self, inner: Stream, shift: int, state: State | None) -> None:
+    def __init__(self, inner: Stream, shift: int, state: State | None, passes_stop: bool = True) -> None:
         super().__init__(inner.name, inner.path)
         self.inner = inner
         self.shift = shift
         self.state = state
+        self.passes_stop = passes_stop
 
-    def scan(self, start: int | None, state: State | None) -> Iterator:
-        return self.inner.scan(start, state)
+    def scan(self, start: int | None, state: State | None, stop: int | None = None) -> Iterator:
+        return self.inner.scan(start, state, stop if self.passes_stop else None)
 
     def decode(self, chunk):  # noqa: ANN001, ANN201 - unused here
         return self.inner.decode(chunk)
@@ -208,13 +211,14 @@ def attempt(stream: Stream, part: ScanRange) -> Scanned | BaseException:
         return exc
 
 
+@pytest.mark.parametrize("passes_stop", [True, False])
 @pytest.mark.parametrize(("shift", "state"), [(1, None), (-1, None), (0, {"seq": 7}), (0, {"pos": 3})])
 def test_a_wrong_cut_costs_time_not_correctness(
-    samples: dict[str, Path], shift: int, state: State | None
+    samples: dict[str, Path], shift: int, state: State | None, passes_stop: bool
 ) -> None:
-    for fmt in ("beats", "wallaby", "kestrel"):
+    for fmt in ("beats", "wallaby", "kestrel", "proio"):
         inner = next(s for s in open_source(samples[fmt], fmt, {}).streams() if list(s.cuts(None, None, 1)))
-        stream = WrongCuts(inner, shift, state)
+        stream = WrongCuts(inner, shift, state, passes_stop)
         whole = scan_stream(inner, None, None, None)
         parts = scan_ranges(stream, None, None, 1)
         scans = [attempt(stream, part) for part in parts]
@@ -232,6 +236,34 @@ def test_a_range_stops_at_its_cut_and_leaves_the_rest_to_the_next(samples: dict[
     first = scan_range(stream, parts[0], None)
     assert first.joins and first.chunks[-1].end == parts[0].stop == parts[1].start
     assert parts[1] == ScanRange(parts[0].stop, parts[0].stop_state, parts[1].stop, parts[1].stop_state)
+
+
+@pytest.mark.parametrize("fmt", sorted(CUTTING))
+def test_a_range_scan_decodes_nothing_past_its_stop(samples: dict[str, Path], fmt: str) -> None:
+    """Given a range's `stop`, a format's scan (and measure) ends with the
+    boundary there, its start and the cut's state, instead of decoding the
+    chunk that starts there: that chunk was decoded twice, by both ranges
+    (a fifth to a third of a first mount's scan)."""
+    stream = next(s for s in open_source(samples[fmt], fmt, {}).streams() if list(s.cuts(None, None, 1)))
+    whole = scan_stream(stream, None, None, None)
+    parts = scan_ranges(stream, None, None, 1)
+    assert len(parts) >= 3
+    walks = {"scan": stream.scan}
+    if stream.measured(None, None) is not None:
+        walks["measured"] = lambda start, state, stop: stream.measured(start, state, stop=stop)
+    for name, walk in walks.items():
+        for part in parts[:-1]:
+            items = [i for i in walk(part.start, part.state, part.stop) if not isinstance(i, Problem)]
+            *chunks, last = items
+            assert all(c.end > c.start and c.start < part.stop for c in chunks), name
+            assert isinstance(last, Boundary) and last.start == part.stop and not last.records, name
+            assert part.stop_state.items() <= last.state.items(), name
+        assert not any(
+            isinstance(i, Boundary)
+            for i in walk(parts[-1].start, parts[-1].state, None)
+            if not isinstance(i, Problem)
+        )
+    assert [c.start for c in whole.chunks][: len(parts)] == [p.start or whole.chunks[0].start for p in parts]
 
 
 def test_a_wallaby_log_of_big_records_is_indexed_to_its_end(tmp_path: Path) -> None:

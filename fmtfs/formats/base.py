@@ -98,6 +98,16 @@ class Chunk:
     rendered: dict[str, bytes | bytearray] | None = None
 
 
+class Boundary(Chunk):
+    """What a scan given `stop` yields in place of the first chunk that
+    starts at or past it (Stream.scan): that chunk's start and the state a
+    scan from there needs; no bytes, no records."""
+
+
+def boundary(at: int, state: State) -> Boundary:
+    return Boundary(at, at, state)
+
+
 @dataclass(frozen=True)
 class FileIdentity:
     """What tells an unchanged native file from a changed one."""
@@ -125,22 +135,32 @@ class Stream(ABC):
         self.path = path
 
     @abstractmethod
-    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+    def scan(
+        self, start: int | None, state: State | None, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
         """Walk the file from `start` (None: from the beginning) yielding chunks
         with records filled in, and Problems for damage met.  Stops quietly at
         a clean end (EOF, zero tail) and after reporting a torn/bad record; the
-        last chunk's `end` is where a later scan of the grown file resumes."""
+        last chunk's `end` is where a later scan of the grown file resumes.
+
+        `stop` (given only to a stream with cuts(), one of them: the scan of a
+        range that ends there) lets the scan end at the first chunk that would
+        start at or past it, yielding `boundary(its start, its state)` instead
+        of decoding it: the range scan needs no more to see whether the next
+        range starts there, and decoding that chunk would double its cost
+        (fmtfs.scanning).  Ignoring `stop` is correct, only slower."""
 
     def measured(
-        self, start: int | None, state: State | None, render: bool = False
+        self, start: int | None, state: State | None, render: bool = False, stop: int | None = None
     ) -> Iterator[Chunk | Problem] | None:
         """scan() as the index takes it: the same chunks and problems, each
         chunk with `count` and every view's rendered length in `lengths`
         and no records, each record measured and dropped as soon as it is
         decoded (a chunk's worth of records, kept and dumped at once, costs
         twice the time in Beats: cold caches); with `render`, each chunk
-        also holds its views' bytes (`rendered`), exactly render_chunk()'s.
-        None (the default): the index measures scan()'s records."""
+        also holds its views' bytes (`rendered`), exactly render_chunk()'s;
+        `stop` as for scan().  None (the default): the index measures
+        scan()'s records."""
         return None
 
     def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:

@@ -17,7 +17,18 @@ from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
-from fmtfs.formats.base import BadRecord, Chunk, Format, Problem, ReadOnlyView, Record, State, Stream, Writer
+from fmtfs.formats.base import (
+    BadRecord,
+    Chunk,
+    Format,
+    Problem,
+    ReadOnlyView,
+    Record,
+    State,
+    Stream,
+    Writer,
+    boundary,
+)
 from fmtfs.formats.files import fsync_path, read_prefix
 from fmtfs.formats.schema import Field, Kind, ViewSchema
 from fmtfs.formats.timerange import native_range
@@ -117,7 +128,9 @@ class WallabyLog(Stream):
     def view_paths(self) -> list[str]:
         return [self.records_view]
 
-    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+    def scan(
+        self, start: int | None, state: State | None, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
             if size == 0:
@@ -130,7 +143,7 @@ class WallabyLog(Stream):
                         return
                     start, state = first
                 assert state is not None
-                yield from self._chunks(data, start, state["seq"])
+                yield from self._chunks(data, start, state["seq"], stop)
 
     def _first(self, data: mmap.mmap) -> tuple[int, State] | Problem:
         """Where the first record starts and its state, or why nothing does."""
@@ -140,21 +153,24 @@ class WallabyLog(Stream):
             return Problem(self.path.name, 0, "generation A wallaby layout (April 2015) is not supported")
         return log_header_size(self.path, data), {"seq": 0}
 
-    def _chunks(self, data: mmap.mmap, offset: int, seq: int) -> Iterator[Chunk | Problem]:
+    def _chunks(self, data: mmap.mmap, offset: int, seq: int, stop: int | None) -> Iterator[Chunk | Problem]:
         end = len(data)
         while True:
+            if stop is not None and offset >= stop:
+                yield boundary(offset, {"seq": seq})
+                return
             stamps: list[int] = []
-            records, stop, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end, stamps)
+            records, after, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end, stamps)
             count = len(records[self.records_view])
             if count:
                 times = native_range(stamps, "ns")
-                yield Chunk(offset, stop, {"seq": seq}, records, times=times)
+                yield Chunk(offset, after, {"seq": seq}, records, times=times)
             if problem is not None:
                 yield problem
                 return
-            if count < CHUNK_RECORDS and stop - offset < CHUNK_BYTES:
+            if count < CHUNK_RECORDS and after - offset < CHUNK_BYTES:
                 return  # the end of the records, not a chunk's limit
-            offset, seq = stop, seq + count
+            offset, seq = after, seq + count
 
     def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
         """Chunk starts from the record sizes alone (_decode_run's limits)."""

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmtfs.formats.base import Problem
+from fmtfs.formats.base import Boundary, Problem, boundary
 from fmtfs.formats.beats import frames as fr
 from fmtfs.formats.beats import lz4stream
 from fmtfs.formats.beats.keys import ctr_xor
@@ -179,16 +179,22 @@ class Segment:
     # -- runs ------------------------------------------------------------------
 
     def runs(
-        self, state: dict[str, Any] | None, positions: bool = False, measure: Measure | None = None
-    ) -> Iterator[Run | Problem]:
+        self,
+        state: dict[str, Any] | None,
+        positions: bool = False,
+        measure: Measure | None = None,
+        stop: int | None = None,
+    ) -> Iterator[Run | Problem | Boundary]:
         """Decoded runs of about a chunk each, from `state` (None: the first
         frame) to the end of the readable data; Problems for damage.  With
         `measure`, a plaintext segment's runs hold what it made of their
-        records, each dropped as soon as measured, instead of the records."""
+        records, each dropped as soon as measured, instead of the records.
+        With `stop` (a native offset, one of cuts()), the runs end with
+        Stream.scan's boundary at the first that would start at or past it."""
         if self.header.lz4_stream:
             yield from self._lz4_runs(state, positions)
         else:
-            yield from self._linear_runs((state or {}).get("pos", 0), positions, measure=measure)
+            yield from self._linear_runs((state or {}).get("pos", 0), positions, measure=measure, stop=stop)
 
     @staticmethod
     def _checked(records: list[Any], state: dict[str, Any], check: bool) -> tuple[list[Any], int | None]:
@@ -200,12 +206,16 @@ class Segment:
         return records, length
 
     def runs_from(
-        self, start: int | None, state: dict[str, Any] | None, measure: Measure | None = None
-    ) -> Iterator[Run | Problem]:
+        self,
+        start: int | None,
+        state: dict[str, Any] | None,
+        measure: Measure | None = None,
+        stop: int | None = None,
+    ) -> Iterator[Run | Problem | Boundary]:
         """runs() for Stream.scan: a chunk state, or only a native offset."""
         if start is not None and not state and not self.header.lz4_stream:
             state = {"pos": max(0, start - self.header.data_offset)}
-        return self.runs(state if start is not None else None, measure=measure)
+        return self.runs(state if start is not None else None, measure=measure, stop=stop)
 
     def cuts(self, start: int | None, state: dict[str, Any] | None, every: int) -> Iterator[tuple[int, dict]]:
         """Stream.cuts of runs_from(start, state): chunk starts about `every`
@@ -228,8 +238,13 @@ class Segment:
             yield self.problem(start + offset, f"frame at plaintext offset {base + offset}: {message}")
 
     def _linear_runs(
-        self, p: int, positions: bool, check: bool = True, measure: Measure | None = None
-    ) -> Iterator[Run | Problem]:
+        self,
+        p: int,
+        positions: bool,
+        check: bool = True,
+        measure: Measure | None = None,
+        stop: int | None = None,
+    ) -> Iterator[Run | Problem | Boundary]:
         h = self.header
         avail = self.avail
         d = h.data_offset
@@ -238,6 +253,9 @@ class Segment:
         window = WINDOW
         logical = h.logical_base
         while p < avail:
+            if stop is not None and d + p >= stop:
+                yield boundary(d + p, {"pos": p})
+                return
             if plain:
                 buf, base = whole, 0
             else:

@@ -60,12 +60,14 @@ class SegmentStream(Stream):
         except KeyRejected as exc:
             return Problem(self.path.name, 0, f"cannot decrypt: {exc} (damaged, or another key)")
 
-    def scan(self, start: int | None, state: dict | None) -> Iterator[Chunk | Problem]:
+    def scan(
+        self, start: int | None, state: dict | None, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
         seg = self.opened()
         if isinstance(seg, Problem):
             yield seg
             return
-        for item in seg.runs_from(start, state):
+        for item in seg.runs_from(start, state, stop=stop):
             if isinstance(item, Run):
                 seg.drop_pages()  # the mount's RSS stays small however big the queue
                 yield from self._chunks(item)
@@ -80,17 +82,17 @@ class SegmentStream(Stream):
         yield Chunk(run.start, run.end, run.state, views, times=times, lengths=known)
 
     def measured(
-        self, start: int | None, state: dict | None, render: bool = False
+        self, start: int | None, state: dict | None, render: bool = False, stop: int | None = None
     ) -> Iterator[Chunk | Problem] | None:
         seg = self.opened()
         if isinstance(seg, Problem) or seg.header.lz4_stream or seg.header.iv is not None:
             return None  # scan() then: only a plaintext segment's runs are measured
-        return self._measured_runs(seg, start, state, render)
+        return self._measured_runs(seg, start, state, render, stop)
 
     def _measured_runs(
-        self, seg: Segment, start: int | None, state: dict | None, render: bool
+        self, seg: Segment, start: int | None, state: dict | None, render: bool, stop: int | None
     ) -> Iterator[Chunk | Problem]:
-        for item in seg.runs_from(start, state, measure=partial(self._measure, render=render)):
+        for item in seg.runs_from(start, state, measure=partial(self._measure, render=render), stop=stop):
             if isinstance(item, Run):
                 seg.drop_pages()
                 if item.measured is None:  # a run measure() could not render: its records, kept

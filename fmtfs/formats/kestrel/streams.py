@@ -8,7 +8,7 @@ import struct
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from fmtfs.formats.base import Chunk, Problem, Record, State, Stream
+from fmtfs.formats.base import Chunk, Problem, Record, State, Stream, boundary
 from fmtfs.formats.kestrel import legacy
 from fmtfs.formats.kestrel.files import LegacyFile, WriterFile, map_file
 from fmtfs.formats.kestrel.records import (
@@ -68,19 +68,21 @@ class _ChunkedStream(Stream):
     def view_paths(self) -> list[str]:
         return [self.view]
 
-    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+    def scan(
+        self, start: int | None, state: State | None, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
         try:
             buf = map_file(self.path)
         except OSError as exc:
             yield Problem(self.path.name, 0, f"cannot read: {exc.strerror}")
             return
         try:
-            yield from self._scan(buf, start)
+            yield from self._scan(buf, start, stop)
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
 
-    def _scan(self, buf, start: int | None) -> Iterator[Chunk | Problem]:
+    def _scan(self, buf, start: int | None, stop: int | None) -> Iterator[Chunk | Problem]:
         end = len(buf)
         if start is None:
             try:
@@ -91,6 +93,9 @@ class _ChunkedStream(Stream):
         else:
             pos = start
         while True:
+            if stop is not None and pos >= stop:
+                yield boundary(pos, {})
+                return
             out: list[Record] = []
             skipped: list[Problem] = []
             after, finished, failure = self._run(

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fmtfs.formats.base import Chunk, Problem, Record, State, Stream
+from fmtfs.formats.base import Chunk, Problem, Record, State, Stream, boundary
 from fmtfs.formats.proio import wire
 from fmtfs.formats.proio.schema import Resolver, Resolvers
 from fmtfs.shape import encode_name
@@ -308,17 +308,21 @@ class ProioStream(Stream):
 
     # -- scan / decode ------------------------------------------------------
 
-    def scan(self, start: int | None, state: State | None) -> Iterator[Chunk | Problem]:
+    def scan(
+        self, start: int | None, state: State | None, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
         src = _Source(self.path)
         try:
-            yield from self._scan(src.buf, src.length, start or 0, state)
+            yield from self._scan(src.buf, src.length, start or 0, state, stop)
         finally:
             src.close()
 
     def _problem(self, offset: int, error: str) -> Problem:
         return Problem(self.name, offset, error)
 
-    def _scan(self, buf: Any, length: int, pos: int, state: State | None) -> Iterator[Chunk | Problem]:
+    def _scan(
+        self, buf: Any, length: int, pos: int, state: State | None, stop: int | None
+    ) -> Iterator[Chunk | Problem]:
         cursor = _Cursor(state)
         chunk: Chunk | None = None
         pending: list[Problem] = []  # problems met inside the current chunk
@@ -344,6 +348,9 @@ class ProioStream(Stream):
                 yield self._problem(
                     pos, f"skipped {magic - pos} bytes of junk before the bucket magic at {magic}"
                 )
+            if chunk is None and stop is not None and magic >= stop:
+                yield boundary(magic, cursor.state())
+                return
             try:
                 head = read_head(buf, magic, length)
                 if head.end > length:
