@@ -11,6 +11,10 @@ must not share its code (a slow helper would slow both sides alike).
 Formats whose records need a real schema machinery to decode (proio's
 protobuf entries, gvfs's tree replay) have no loop here; the bench measures
 them against fmtfs's in-process single-thread decode instead and says so.
+
+The bench's process keeps the heap memory it frees (keep_freed_heap): a
+loop then runs at its best speed from its first pass, whichever format ran
+before it.
 """
 
 from __future__ import annotations
@@ -58,6 +62,28 @@ def _data(record: dict, payload: bytes) -> dict:
     except UnicodeDecodeError:
         record["data_base64"] = base64.b64encode(payload).decode("ascii")
     return record
+
+
+# glibc's mallopt: heap memory freed at its top is returned to the kernel past
+# this much (M_TRIM_THRESHOLD; 128 KiB, raised by glibc itself as buffers over
+# it are freed).  A pass of a loop frees over 64 MB of records and lines at a
+# time: returned, re-faulted by the next pass (130,000 page faults per 20 MB
+# of kestrel), the same loop runs 2.4x slower in a fresh process than after
+# another format's 25 MB buffers raised the threshold, and every baseline
+# depended on which format ran before it.
+M_TRIM_THRESHOLD = -1
+KEPT_HEAP = 256 << 20
+
+
+def keep_freed_heap() -> None:
+    """Make this process keep KEPT_HEAP of freed heap (the baselines run
+    here): each loop then runs as fast as it can from its first pass."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").mallopt(M_TRIM_THRESHOLD, KEPT_HEAP)
+    except (OSError, AttributeError):  # not glibc: its own allocator's defaults
+        pass
 
 
 @contextmanager
