@@ -21,13 +21,13 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from fmtfs import __version__
 from fmtfs.errors import UserError
 from fmtfs.formats import registry
 from fmtfs.keptpieces import parse_size
-from fmtfs.mountoptions import expand_options
+from fmtfs.mountoptions import MaybeAnotherFormats, expand_options
 
 if TYPE_CHECKING:
     from fmtfs.formats.base import Format
@@ -41,8 +41,8 @@ log = logging.getLogger("fmtfs")
 # formats themselves (fmtfs.formats.registry): this module names none.
 
 
-def about() -> str:
-    titles = ", ".join(card.title or card.name for card in registry.cards())
+def about(installed: bool = True) -> str:
+    titles = ", ".join(card.title or card.name for card in registry.cards(installed=installed))
     return textwrap.fill(
         f"fmtfs shows binary append-only files ({titles}) as JSON Lines and Parquet files: "
         "mounted with FUSE, or printed without a mount.",
@@ -50,15 +50,17 @@ def about() -> str:
     )
 
 
-def environment() -> str:
-    variables = [pair for card in registry.cards() for pair in card.environment]
+def environment(installed: bool = True) -> str:
+    variables = [pair for card in registry.cards(installed=installed) for pair in card.environment]
     variables.append(("XDG_CACHE_HOME", "the default index folder is $XDG_CACHE_HOME/fmtfs (~/.cache/fmtfs)"))
     return "environment:\n" + "\n".join(_described(name, text) for name, text in variables)
 
 
-def mount_options() -> str:
+def mount_options(installed: bool = True) -> str:
     settings = ["format=F", "cache_dir=DIR", "rendered_cache=SIZE"]
-    settings += [f"{o.name}={o.metavar or '|'.join(o.choices) or 'VALUE'}" for o in registry.all_options()]
+    settings += [
+        f"{o.name}={o.metavar or '|'.join(o.choices) or 'VALUE'}" for o in registry.all_options(installed)
+    ]
     settings += ["log_file=FILE", "debug", "verbose"]
     listed = textwrap.fill(", ".join(settings), 76, initial_indent="  ", subsequent_indent="    ")
     return "\n".join(
@@ -100,7 +102,7 @@ def _log_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _source_options(parser: argparse.ArgumentParser) -> None:
+def _source_options(parser: argparse.ArgumentParser, installed: bool) -> None:
     parser.add_argument(
         "source",
         type=Path,
@@ -109,7 +111,7 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("source options")
     group.add_argument(
         "--format",
-        choices=registry.names(),
+        choices=registry.names(installed),
         help="native format (default: detected from the files' magic bytes)",
     )
     group.add_argument(
@@ -128,7 +130,9 @@ def _source_options(parser: argparse.ArgumentParser) -> None:
         "mount decodes them again: auto (default: up to 8G or a quarter of the free space), off, "
         "or a size such as 512M",
     )
-    for option in registry.all_options():  # every format's own options
+    options = registry.all_options(installed)
+    parser.set_defaults(format_option_names=[option.name for option in options])
+    for option in options:  # every format's own options
         group.add_argument(
             option.flag,
             dest=option.name,
@@ -171,11 +175,25 @@ def _command(
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    env = environment()
-    parser = argparse.ArgumentParser(
+class UnparsedHere(Exception):
+    """A command line the built-in formats' parser could not take."""
+
+
+class _BuiltInParser(argparse.ArgumentParser):
+    """The parser of the built-in formats' options: an error raises
+    UnparsedHere (main then parses with every format's) instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UnparsedHere(message)
+
+
+def build_parser(installed: bool = True) -> argparse.ArgumentParser:
+    """The command line's parser, with every format's options (`installed`
+    False: the built-in formats' alone, and errors raise UnparsedHere)."""
+    env = environment(installed)
+    parser = (argparse.ArgumentParser if installed else _BuiltInParser)(
         prog="fmtfs",
-        description=about(),
+        description=about(installed),
         epilog=env + "\n\nRun `fmtfs COMMAND --help` for a command's options.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -186,9 +204,9 @@ def build_parser() -> argparse.ArgumentParser:
         commands,
         "mount",
         "index SOURCE, mount its views at MOUNTPOINT, and return once the mount answers",
-        mount_options() + "\n\n" + env,
+        mount_options(installed) + "\n\n" + env,
     )
-    _source_options(mount)
+    _source_options(mount, installed)
     mount.add_argument("mountpoint", type=Path, help="an existing, empty folder")
     mount.add_argument(
         "-f",
@@ -222,7 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not build the Parquet twins (by default they are built too, so a mount lists them at once)",
     )
-    _source_options(index)
+    _source_options(index, installed)
     _log_options(index)
 
     info = _command(
@@ -231,12 +249,12 @@ def build_parser() -> argparse.ArgumentParser:
         "summarise SOURCE: format, streams, records, sizes, time range, errors",
         env,
     )
-    _source_options(info)
+    _source_options(info, installed)
     info.add_argument("--json", action="store_true", help="print the _fmtfs.json document instead")
     _log_options(info)
 
     ls = _command(commands, "ls", "list SOURCE's views without mounting", env)
-    _source_options(ls)
+    _source_options(ls, installed)
     ls.add_argument(
         "viewpath", nargs="?", default="", help="a folder or file of the view tree (default: root)"
     )
@@ -245,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     _log_options(ls)
 
     cat = _command(commands, "cat", "print a view file of SOURCE without mounting", env)
-    _source_options(cat)
+    _source_options(cat, installed)
     cat.add_argument("viewpath", help="the view's path, as `fmtfs ls -R SOURCE` shows it")
     _log_options(cat)
     return parser
@@ -281,7 +299,7 @@ def setup_logging(args: argparse.Namespace) -> None:
 
 def format_options(args: argparse.Namespace) -> dict[str, Any]:
     """The format options given on the command line, parsed (not given: absent)."""
-    given = {option.name: getattr(args, option.name, None) for option in registry.all_options()}
+    given = {name: getattr(args, name) for name in args.format_option_names}
     return {name: value for name, value in given.items() if value is not None}
 
 
@@ -485,18 +503,32 @@ COMMANDS = {
 }
 
 
-def command_line(argv: list[str]) -> list[str]:
+def command_line(argv: list[str], installed: bool = True) -> list[str]:
     """mount.fuse3 starts `fmtfs SOURCE MOUNTPOINT -o OPTIONS` (no command
     word); `-o` lists may carry fmtfs's own settings (format=...)."""
     if len(argv) >= 2 and argv[0] not in COMMANDS and not argv[0].startswith("-") and argv[1][:1] != "-":
         argv = ["mount", *argv]
     if argv and argv[0] == "mount":
-        argv = ["mount", *expand_options(argv[1:])]
+        argv = ["mount", *expand_options(argv[1:], installed)]
     return argv
 
 
+def parse_command_line(argv: list[str]) -> argparse.Namespace:
+    """`argv` parsed knowing the built-in formats alone when that is enough:
+    knowing the others means reading the installed packages' metadata,
+    about 35 ms of every command's start.  Help, and anything the built-in
+    parse cannot take (another format's option or name, an `-o name=value`
+    that may be one), are parsed knowing every format."""
+    if not {"-h", "--help"} & set(argv):
+        try:
+            return build_parser(installed=False).parse_args(command_line(argv, installed=False))
+        except (UnparsedHere, MaybeAnotherFormats):
+            pass
+    return build_parser().parse_args(command_line(argv))
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(command_line(sys.argv[1:] if argv is None else argv))
+    args = parse_command_line(sys.argv[1:] if argv is None else argv)
     try:
         setup_logging(args)
         COMMANDS[args.command](args)

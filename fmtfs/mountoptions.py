@@ -25,20 +25,27 @@ FOR_MOUNT_ONLY = {"_netdev", "noauto", "auto", "nofail", "user", "users", "nouse
 FOR_MOUNT_ONLY_PREFIXES = ("x-", "comment=", "fsname=", "subtype=")
 
 
-def settings() -> dict[str, str]:
-    """`-o` name -> the `fmtfs mount` argument it stands for."""
+class MaybeAnotherFormats(Exception):
+    """An `-o name=value` no built-in format declares: FUSE's, or a setting
+    of a format installed from another package (split_options with
+    installed=False cannot tell)."""
+
+
+def settings(installed: bool = True) -> dict[str, str]:
+    """`-o` name -> the `fmtfs mount` argument it stands for (`installed`
+    False: the built-in formats' settings alone)."""
     out: dict[str, str] = {}
     for name, flag in CORE_SETTINGS.items():
         out[name] = out[name.replace("_", "-")] = flag
-    for option in all_options():
+    for option in all_options(installed):
         for name in option.mount_names:
             out[name] = option.flag
     return out
 
 
-def split_options(options: list[str]) -> tuple[list[str], list[str]]:
+def split_options(options: list[str], installed: bool = True) -> tuple[list[str], list[str]]:
     """`-o` options -> (fmtfs arguments, options for FUSE)."""
-    named = settings()
+    named = settings(installed)
     arguments: list[str] = []
     fuse: list[str] = []
     for option in options:
@@ -49,12 +56,14 @@ def split_options(options: list[str]) -> tuple[list[str], list[str]]:
             arguments.append(FLAGS[name])
         elif option in FOR_MOUNT_ONLY or option.startswith(FOR_MOUNT_ONLY_PREFIXES):
             continue
+        elif has_value and not installed:
+            raise MaybeAnotherFormats(name)
         elif option:
             fuse.append(option)
     return arguments, fuse
 
 
-def expand_options(words: list[str]) -> list[str]:
+def expand_options(words: list[str], installed: bool = True) -> list[str]:
     """`fmtfs mount` arguments with every `-o` list split: fmtfs's settings
     become their own arguments (after the others, so they win), options for
     mount(8) alone are dropped, one `-o` keeps what FUSE gets."""
@@ -68,5 +77,5 @@ def expand_options(words: list[str]) -> list[str]:
             options += word[2:].split(",")
         else:
             kept.append(word)
-    arguments, fuse = split_options(options)
+    arguments, fuse = split_options(options, installed)
     return kept + arguments + (["-o", ",".join(fuse)] if fuse else [])

@@ -13,8 +13,8 @@ installed packages' metadata at all.  That read (importlib.metadata and the
 scan) costs about 40 ms; a decode worker, a Spark Python worker or a twin
 builder opening a built-in format no longer pays it.  It happens when a
 name is not built in, when detection finds no built-in format, or when
-every format is listed (the command line's parser, which takes every
-format's options).  Classes are imported on first use, so a format whose
+every format is listed (the command line's help; its parser tries the
+built-in formats' options alone first).  Classes are imported on first use, so a format whose
 module cannot load (a missing optional dependency) is skipped by detection
 and listings and breaks no other format's mount.
 
@@ -94,8 +94,9 @@ def targets(rescan: bool = False) -> dict[str, str]:
     return BUILTIN | external(rescan)
 
 
-def names() -> list[str]:
-    return list(targets())
+def names(installed: bool = True) -> list[str]:
+    """Every format's name; `installed` False: the built-in ones alone."""
+    return list(_names(installed))
 
 
 def format_class(name: str) -> type[Format]:
@@ -128,26 +129,29 @@ def described(name: str) -> Described:
     return format_class(name)
 
 
-def cards(rescan: bool = False) -> Iterator[Described]:
+def cards(rescan: bool = False, installed: bool = True) -> Iterator[Described]:
     """Every registered format that loads, as its card, in detection order:
-    the built-in ones before the installed packages' metadata is read."""
+    the built-in ones before the installed packages' metadata is read
+    (`installed` False: the built-in ones alone, that metadata unread)."""
     if rescan:
         external(rescan=True)
-    for name in _names():
+    for name in _names(installed):
         try:
             yield described(name)
         except (ImportError, AttributeError, FormatError) as exc:
             log.debug("format %s is not usable here: %s", name, exc)
 
 
-def _names() -> Iterator[str]:
+def _names(installed: bool = True) -> Iterator[str]:
     yield from BUILTIN
-    yield from external()
+    if installed:
+        yield from external()
 
 
-def all_options() -> list[Option]:
-    """The options of every format, each name once (for the command line)."""
-    return unique(option for card in cards() for option in card.declared_options)
+def all_options(installed: bool = True) -> list[Option]:
+    """The options of every format (`installed` False: of the built-in
+    ones), each name once (for the command line)."""
+    return unique(option for card in cards(installed=installed) for option in card.declared_options)
 
 
 def detect(source: Path) -> str:
