@@ -172,8 +172,9 @@ class Stream(ABC):
         Found cheaply, from length prefixes, decoding nothing; stop at the
         first thing that does not look right (the scan reports it).  A cut
         that turns out wrong costs time, never correctness: the scan before
-        it then runs on to the end.  The default, no cuts: the stream is
-        scanned by one job."""
+        it then runs on to the end.  A stream with cuts takes `stop` in
+        scan() and measured().  The default, no cuts: the stream is scanned
+        by one job."""
         return iter(())
 
     @abstractmethod
