@@ -156,8 +156,8 @@ class FmtfsOperations(pyfuse3.Operations):
     # -- attributes -------------------------------------------------------
 
     async def _refresh(self) -> None:
-        if not self.tree.due():
-            return  # rate-limited: no thread hop for the lookups of a listing
+        if self.tree.unchanged():
+            return  # rate-limited, or a look on the loop found the source as indexed: no thread hop
         changed = await trio.to_thread.run_sync(self.tree.refresh)
         if changed:
             self._invalidate_later(changed)
