@@ -14,6 +14,7 @@ from fmtfs.formats.base import BadRecord, Chunk, Problem
 from fmtfs.formats.wallaby import (
     IDX_MAGIC,
     LOG_MAGIC,
+    Bucketer,
     WallabyFormat,
     WallabyLog,
     WallabyWriter,
@@ -24,7 +25,7 @@ from fmtfs.formats.wallaby import (
     index_path,
     log_header_size,
 )
-from fmtfs.shape import parse_time, take_data
+from fmtfs.shape import format_time, parse_time, take_data
 
 T = 1431900000123456789  # the spec's example time
 
@@ -215,6 +216,35 @@ def test_round_trip(tmp_path_factory, items) -> None:
         assert record["index"] == i and record["flags"] == flags
         assert parse_time(record["time"]) == stamp
         assert take_data(record) == payload
+
+
+HOUR_NS = 3600 * 10**9
+# times anywhere, and a nanosecond either side of bucket edges (a minute, an hour, a day)
+STAMPS = st.one_of(
+    st.integers(1, 2**62),
+    st.builds(lambda n, d: n * 60 * 10**9 + d, st.integers(1, 2**25), st.sampled_from([-1, 0, 1])),
+    st.builds(lambda n, d: n * 24 * HOUR_NS + d, st.integers(1, 2**15), st.sampled_from([-1, 0, 1])),
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(STAMPS, min_size=1, max_size=40), st.sampled_from(["minute", "hour", "day"]))
+def test_every_record_is_in_the_bucket_of_its_time(tmp_path_factory, stamps, unit) -> None:
+    """The decoder asks for a bucket only when a record falls outside the
+    last one's span: records out of time order, or a nanosecond across an
+    edge, still each land in their own bucket, with their own time text."""
+    log = tmp_path_factory.mktemp("buckets") / "LOG"
+    create_pair(log)
+    WallabyWriter(log).write([{"time": t, "data": str(i)} for i, t in enumerate(stamps)])
+    stream = WallabyLog(log, unit)
+    chunks = [c for c in stream.scan(None, None) if isinstance(c, Chunk)]
+    got = {v: [r["index"] for r in rs] for c in chunks for v, rs in c.records.items() if "/buckets/" in v}
+    expected: dict[str, list[int]] = {}
+    for i, t in enumerate(stamps):
+        expected.setdefault(f"LOG/buckets/{Bucketer(unit).name(t)}.jsonl", []).append(i)
+    assert got == expected
+    records = [r for c in chunks for r in c.records[stream.records_view]]
+    assert [r["time"] for r in records] == [format_time(t) for t in stamps]
 
 
 def test_generation_a_geometry_is_reported_not_decoded(tmp_path: Path) -> None:
