@@ -22,7 +22,7 @@ from fmtfs.decoders import DecodePool
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Boundary, Problem, State, Stream
 from fmtfs.formats.proio import wire
-from fmtfs.formats.wallaby import WallabyWriter
+from fmtfs.formats.wallaby import WallabyLog, WallabyWriter
 from fmtfs.index import Index
 from fmtfs.render import rendered_lengths
 from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
@@ -278,6 +278,41 @@ def test_a_wallaby_log_of_big_records_is_indexed_to_its_end(tmp_path: Path) -> N
     assert whole.chunks[-1].end == log.stat().st_size
     found, parts = split(stream, 1 << 20)
     assert parts > 2 and isinstance(found, Scanned) and found.chunks == whole.chunks
+
+
+def test_wallaby_cuts_come_from_its_index_as_the_walk_finds_them(tmp_path: Path) -> None:
+    """A wallaby log's cuts are looked up in its index (record offsets), a
+    few per chunk, instead of walking every record header; they are the
+    walk's, for small records (chunks of CHUNK_RECORDS) and big ones (chunks
+    ended by CHUNK_BYTES); an index that lags, lies or is missing costs time
+    only."""
+    wallaby.generate(tmp_path, 20_000, name="small.log")
+    wallaby.generate(tmp_path, 10, name="big.log")
+    WallabyWriter(tmp_path / "big.log").write([{"time": 1, "data": "x" * 3000} for _ in range(3_000)])
+    for name in ("small.log", "big.log"):
+        log = tmp_path / name
+        stream = WallabyLog(log, "hour")
+        whole = scan_stream(stream, None, None, None)
+        with_index = {every: list(stream.cuts(None, None, every)) for every in (1, 300_000)}
+        index = log.with_name(name + ".idx")
+        saved = index.read_bytes()
+        try:
+            index.unlink()
+            assert {every: list(stream.cuts(None, None, every)) for every in with_index} == with_index
+            assert len(with_index[1]) >= 3
+            half = 16 + 24 * (len(saved) // 48)  # lags: cuts up to where it ends
+            index.write_bytes(saved[:half])
+            lagging = list(stream.cuts(None, None, 1))
+            assert 0 < len(lagging) < len(with_index[1]) and lagging == with_index[1][: len(lagging)]
+            lying = bytearray(saved)  # the second cut's record said 16 bytes further on
+            at = 16 + 24 * with_index[1][1][1]["seq"] + 16
+            lying[at : at + 8] = struct.pack("<q", with_index[1][1][0] + 16)
+            index.write_bytes(bytes(lying))
+            assert list(stream.cuts(None, None, 1)) != with_index[1]
+            found, _ = split(stream)
+            assert isinstance(found, Scanned) and found.chunks == whole.chunks
+        finally:
+            index.write_bytes(saved)
 
 
 def test_one_big_file_is_scanned_by_the_workers_and_here_at_once(

@@ -14,6 +14,7 @@ import os
 import struct
 import time
 from collections.abc import Collection, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +59,79 @@ RECORD_SCHEMA = ViewSchema(
 
 BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 BUCKET_PATTERN = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d"}
+
+
+class _IndexOffsets:
+    """A log's index file as the offsets of its records (section 4 of the
+    spec: record i at 16 + 24 * i), mapped, for cuts(): a few looked up per
+    chunk.  Only a hint: a cut it gives wrong costs time, never correctness
+    (fmtfs.scanning checks every join)."""
+
+    def __init__(self, mapped: mmap.mmap) -> None:
+        self.mapped = mapped
+        self.count = (len(mapped) - 16) // INDEX_RECORD.size  # a partial last record is not one
+
+    @classmethod
+    @contextmanager
+    def of(cls, path: Path) -> Iterator[_IndexOffsets | None]:
+        try:
+            with open(path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                mapped = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size > 16 else None
+        except (OSError, ValueError):
+            mapped = None
+        if mapped is None or mapped[:4] != IDX_MAGIC:
+            yield None
+        else:
+            with mapped:
+                yield cls(mapped)
+
+    def offset(self, i: int) -> int | None:
+        """Where record i's header starts in the log, or None when the index
+        does not hold it (or holds another sequence number there)."""
+        if not 0 <= i < self.count:
+            return None
+        _, seq, offset = INDEX_RECORD.unpack_from(self.mapped, 16 + INDEX_RECORD.size * i)
+        return offset if seq == i else None
+
+
+def _cuts_by_index(
+    data: mmap.mmap, index: _IndexOffsets, offset: int, seq: int, every: int
+) -> Iterator[tuple[int, State]]:
+    """cuts() from `index`: a chunk from record `seq` at `offset` ends after
+    CHUNK_RECORDS records, or at the first record starting CHUNK_BYTES or
+    more past it (found by bisection: offsets grow); each cut is checked to
+    be a whole record of the log."""
+    end, head, last = len(data), RECORD.size, offset
+    while True:
+        # the chunk's last possible end the index knows of
+        after = min(seq + CHUNK_RECORDS, index.count - 1)
+        at = index.offset(after)
+        if at is None or after <= seq:
+            return  # the index ends (or lags, or lies) here: the last range scans the rest
+        if at - offset >= CHUNK_BYTES:
+            low, high = seq + 1, after  # the first record starting CHUNK_BYTES past is in (seq, after]
+            while low < high:
+                middle = (low + high) // 2
+                found = index.offset(middle)
+                if found is None:
+                    return
+                if found - offset >= CHUNK_BYTES:
+                    high = middle
+                else:
+                    low = middle + 1
+            after, at = low, index.offset(low)
+        elif after < seq + CHUNK_RECORDS:
+            return  # the index ends inside the chunk: where it ends is not known
+        if at is None or not offset < at <= end - head:
+            return
+        size, _, stamp = RECORD.unpack_from(data, at)
+        if stamp == 0 or at + head + size > end:
+            return
+        offset, seq = at, after
+        if offset - last >= every:
+            yield offset, {"seq": seq}
+            last = offset
 
 
 def index_path(log: Path) -> Path:
@@ -189,7 +263,10 @@ class WallabyLog(Stream):
             offset, seq = after, seq + count
 
     def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
-        """Chunk starts from the record sizes alone (_decode_run's limits)."""
+        """Chunk starts (_decode_run's limits) from the index's record
+        offsets, a few looked up per chunk, when the index agrees with the
+        log where the scan starts; else from the record sizes, walking every
+        record header (0.11 s per 20 MB)."""
         with open(self.path, "rb") as f:
             if os.fstat(f.fileno()).st_size == 0:
                 return
@@ -198,6 +275,10 @@ class WallabyLog(Stream):
                 if isinstance(first, Problem):
                     return
                 offset, seq = first[0], first[1]["seq"]
+                with _IndexOffsets.of(index_path(self.path)) as index:
+                    if index is not None and index.offset(seq) == offset:
+                        yield from _cuts_by_index(data, index, offset, seq, every)
+                        return
                 end = len(data)
                 unpack = RECORD.unpack_from
                 head = RECORD.size
