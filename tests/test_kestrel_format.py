@@ -13,6 +13,7 @@ from fmtfs.formats import detect, format_class
 from fmtfs.formats.base import Chunk, Problem
 from fmtfs.formats.kestrel import KestrelFormat
 from fmtfs.formats.kestrel.records import WRITER_MAGIC, encode_put, encode_read_done, encode_read_head
+from fmtfs.formats.kestrel.shapes import ms_text
 from fmtfs.formats.kestrel.streams import CHUNK_RECORDS
 from fmtfs.samples.kestrel import generate
 from tests.conftest import FIXTURES as FIXTURES_ROOT
@@ -182,6 +183,20 @@ def test_deterministic_records_and_odd_times(tmp_path):
     assert first == records(stream)
     assert first[0]["add_time"] == "1969-12-31T23:59:59.999Z"
     assert first[0]["expire_time"] == 2**63 - 1  # beyond any calendar: the raw ms
+
+
+def test_add_times_in_a_run_each_read_as_alone(tmp_path):
+    """The decode loop reuses the text of the last item's second: items of
+    one second, a second apart, out of order, before 1970 and beyond the
+    calendar each read as ms_text reads them alone."""
+    times = [1_700_000_000_000, 1_700_000_000_999, 1_700_000_001_000, 1_699_999_999_999, -1, -1000, -1001]
+    times += [2**63 - 1, 1_700_000_000_500, -(2**63), 253_402_300_799_999, 253_402_300_800_000]
+    (tmp_path / "q.1").write_bytes(
+        WRITER_MAGIC + b"".join(encode_put(i, t, b"x") for i, t in enumerate(times))
+    )
+    (stream,) = KestrelFormat(tmp_path, {}).streams()
+    assert [r["add_time"] for r in records(stream)] == [ms_text(t) for t in times]
+    assert ms_text(-1) == "1969-12-31T23:59:59.999Z" and ms_text(253_402_300_800_000) == 253_402_300_800_000
 
 
 def test_sample(tmp_path):

@@ -31,16 +31,23 @@ def safe_time(value: int, unit: str) -> str | int:
         return value
 
 
-def ms_text(value: int, _seconds: dict[int, str | None] = {}) -> str | int:  # noqa: B006 - deliberate memo
-    """safe_time(value, "ms"), memoising the calendar part per second (the
-    hot path of a writer-file scan: items arrive many per second)."""
-    seconds, millis = divmod(value, 1000)
+def second_text(seconds: int, _seconds: dict[int, str | None] = {}) -> str | None:  # noqa: B006 - deliberate memo
+    """ "YYYY-MM-DDTHH:MM:SS" of a whole second since the epoch, or None
+    beyond the calendar (safe_time's rule), memoised."""
     text = _seconds.get(seconds, "")
     if text == "":
         if len(_seconds) > 4096:
             _seconds.clear()
         whole = safe_time(seconds * 1000, "ms")
         text = _seconds[seconds] = whole[:-5] if isinstance(whole, str) else None
+    return text
+
+
+def ms_text(value: int) -> str | int:
+    """safe_time(value, "ms"), the calendar part memoised per second (the
+    hot path of a writer-file scan: items arrive many per second)."""
+    seconds, millis = divmod(value, 1000)
+    text = second_text(seconds)
     if text is None:
         return value
     return f"{text}.{millis:03d}Z"

@@ -30,6 +30,7 @@ from fmtfs.formats.kestrel.shapes import (
     ms_text,
     op_record,
     put_record,
+    second_text,
 )
 from fmtfs.formats.timerange import bucket_views, text_range
 from fmtfs.shape import put_data
@@ -184,6 +185,9 @@ class WriterStream(_ChunkedStream):
         unpack6 = PUT_HEADER.unpack_from
         unpack8 = PUT_HEADER_X.unpack_from
         when = ms_text
+        # ms_text inlined for the common PUT: the text up to the second is
+        # looked up when the second changes (items arrive many per second)
+        last_second, head = None, None
         append = out.append
         n = 0
         while n < max_records and pos < limit:
@@ -195,7 +199,14 @@ class WriterStream(_ChunkedStream):
                 start = pos + 25
                 stop = start + size
                 if 0 <= size <= LARGEST_DATA and stop <= end:
-                    record = {"id": ident, "add_time": when(added), "error_count": errors}
+                    seconds, millis = divmod(added, 1000)
+                    if seconds != last_second:
+                        last_second, head = seconds, second_text(seconds)
+                    record = {
+                        "id": ident,
+                        "add_time": added if head is None else f"{head}.{str(millis + 1000)[1:]}Z",
+                        "error_count": errors,
+                    }
                     data = buf[start:stop]
                     try:
                         record["data"] = data.decode()
