@@ -12,6 +12,7 @@ environment look-up per step) unless the variable is set."""
 from __future__ import annotations
 
 import os
+import resource
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,12 +37,24 @@ def step(name: str, **facts: object) -> Iterator[dict[str, object]]:
         yield facts
         return
     event(f"{name}.begin")
-    start, cpu = time.perf_counter(), time.process_time()
+    start, cpu, usage = time.perf_counter(), time.process_time(), resource.getrusage(resource.RUSAGE_SELF)
     try:
         yield facts
     finally:
         seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
-        event(f"{name}.end", seconds=f"{seconds:.3f}", cpu=f"{cpu:.3f}", **facts)
+        waits = _waits(usage, resource.getrusage(resource.RUSAGE_SELF))
+        event(f"{name}.end", seconds=f"{seconds:.3f}", cpu=f"{cpu:.3f}", **waits, **facts)
+
+
+def _waits(before: resource.struct_rusage, after: resource.struct_rusage) -> dict[str, int]:
+    """What kept a step off the CPU meanwhile: page faults that read the
+    disk (majflt), blocks read (inblock: a file's pages evicted from the
+    page cache), and the times it waited (nvcsw) or was preempted (nivcsw:
+    other processes wanted the cores)."""
+    return {name: getattr(after, f"ru_{name}") - getattr(before, f"ru_{name}") for name in _WAITS}
+
+
+_WAITS = ("majflt", "inblock", "nvcsw", "nivcsw")
 
 
 event("imported")  # when a worker first imports the data source (module import order is cheap to see)
