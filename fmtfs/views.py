@@ -474,6 +474,25 @@ def _whole_object(text: bytes) -> Record | None:
     return value if isinstance(value, dict) else None
 
 
+def source_snapshot(source: Path) -> tuple:
+    """The source's native files as a tree sees them to tell a change: a
+    tree whose `snapshot` equals this is what the source holds now."""
+    if source.is_dir():
+        folder, prefix = source, ""
+    else:
+        folder, prefix = source.parent, source.name
+    seen = []
+    with os.scandir(folder) as it:
+        for item in it:
+            if item.name.startswith(prefix) and item.is_file():
+                st = item.stat()
+                # mode and owner too: a chmod/chown changes who may read the views
+                seen.append(
+                    (item.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
+                )
+    return tuple(sorted(seen))
+
+
 class SourceTree:
     """The whole tree of one mounted source."""
 
@@ -563,21 +582,7 @@ class SourceTree:
     # -- change detection -------------------------------------------------
 
     def _source_snapshot(self) -> tuple:
-        source = self.format.source
-        if source.is_dir():
-            folder, prefix = source, ""
-        else:
-            folder, prefix = source.parent, source.name
-        seen = []
-        with os.scandir(folder) as it:
-            for item in it:
-                if item.name.startswith(prefix) and item.is_file():
-                    st = item.stat()
-                    # mode and owner too: a chmod/chown changes who may read the views
-                    seen.append(
-                        (item.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
-                    )
-        return tuple(sorted(seen))
+        return source_snapshot(self.format.source)
 
     def refresh(self, force: bool = False) -> set[str]:
         """Re-read what changed in the source; returns the paths whose size or

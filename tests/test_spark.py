@@ -279,7 +279,7 @@ def test_a_chunk_decoded_for_one_view_equals_its_share_of_the_whole_decode(sourc
     as the view's share of decode(), for every chunk of every record view."""
     from fmtfs.formats.base import Chunk
     from fmtfs.spark import open_tree
-    from fmtfs.spark.plan import is_chunked
+    from fmtfs.spark.listing import is_chunked
 
     source, cache, _ = sources[name]
     tree = open_tree({"path": str(source), "format": name, "timebucket": "hour", "cachedir": str(cache)})
@@ -442,7 +442,7 @@ def test_kept_batches_give_the_decoded_rows_again(spark, sources, name, tmp_path
     keeps nothing (keptBytes=0)."""
     from fmtfs.spark import FmtfsDataSource, open_tree, view_files
     from fmtfs.spark.kept import kept_dir
-    from fmtfs.spark.plan import is_chunked
+    from fmtfs.spark.listing import is_chunked
 
     spark.dataSource.register(FmtfsDataSource)
     source, _, mnt = sources[name]

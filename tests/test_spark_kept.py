@@ -139,7 +139,7 @@ def test_a_kept_batch_loads_exactly_the_decoded_batch(tmp_path: Path, kind: str,
     batch loaded back is the batch the task built, schema and values."""
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from fmtfs.spark.plan import is_chunked
+    from fmtfs.spark.listing import is_chunked
     from fmtfs.spark.schema import infer, spark_schema, to_batch
 
     opts = {"path": str(_source(kind, fmt, tmp_path / "src")), "format": fmt, "cachedir": str(tmp_path / "c")}
@@ -188,8 +188,8 @@ def test_a_chunk_parsed_from_its_kept_lines_is_its_decoded_batch(tmp_path: Path,
     from pyspark.sql.pandas.types import to_arrow_schema
 
     from fmtfs.formats.base import Chunk
+    from fmtfs.spark.listing import is_chunked
     from fmtfs.spark.pieces import RenderedPieces
-    from fmtfs.spark.plan import is_chunked
     from fmtfs.spark.schema import infer, spark_schema, to_batch
 
     source = _source(kind, fmt, tmp_path / "src")
@@ -258,7 +258,7 @@ def test_the_schema_sample_is_parsed_from_the_kept_lines(tmp_path: Path, kind: s
     chunks, in order, in process and in forked workers, even once the
     native bytes are gone (so nothing was decoded)."""
     from fmtfs import parquet
-    from fmtfs.spark.plan import is_chunked
+    from fmtfs.spark.listing import is_chunked
     from fmtfs.spark.schema import sample_arrays, sampled
 
     source = _source(kind, fmt, tmp_path / "src")
@@ -292,7 +292,7 @@ def test_the_json_columns_typed_from_kept_lines_are_those_of_the_records(
     give (infer's typed path), for every record view, whole and as a
     folder, and the reader typed some chunks itself."""
     from fmtfs.spark import schema
-    from fmtfs.spark.plan import is_chunked
+    from fmtfs.spark.listing import is_chunked
 
     source = _source(kind, fmt, tmp_path / "src")
     _settled(source)

@@ -13,19 +13,14 @@ from typing import TYPE_CHECKING
 from pyspark.sql.datasource import DataSourceReader, InputPartition
 from pyspark.sql.types import StructType
 
-from fmtfs.spark.plan import DerivedPartition, chunk_records, is_chunked, partition_records, plan_partitions
-from fmtfs.spark.source import Options, current_streams, format_for, tree_for, view_files
+from fmtfs.spark.listing import Listing
+from fmtfs.spark.plan import DerivedPartition, chunk_records, partition_records, plan
+from fmtfs.spark.source import Options, current_streams, format_for
 from fmtfs.spark.timefilter import TimeTest, time_tests
 from fmtfs.spark.trace import step
 
 if TYPE_CHECKING:  # the schema module (pyarrow) is imported by the tasks, not by planning
     from fmtfs.spark.schema import Inferred
-
-
-def time_columns(tree, views: list[str]) -> set[str]:
-    """The time columns of the views' chunks (their streams' `time_field`)."""
-    files = [tree.files[v] for v in views]
-    return {c.time_field[0] for f in files if is_chunked(f) for c in f.chunks() if c.time_field}
 
 
 @dataclass
@@ -200,13 +195,20 @@ class _OptionalPushdown:
 
 class FmtfsReader(DataSourceReader):
     def __init__(
-        self, opts: Options, schema: StructType, inferred: Inferred | None, columns: set[str]
+        self, opts: Options, schema: StructType, inferred: Inferred | None, listing: Listing
     ) -> None:
         self.opts = opts
         self.schema = schema
         self.inferred = inferred  # set for types=parquet: the typing plan
-        self.columns = columns  # the time columns a filter may skip chunks by
+        self.listing = listing  # what the partitions are planned from (the driver's alone)
+        self.columns = listing.time_columns()  # the time columns a filter may skip chunks by
         self.tests: list[TimeTest] = []
+
+    def __getstate__(self) -> dict:
+        # Spark pickles the reader into every task's command: the listing
+        # (every chunk of the read) is the planning's, the partitions carry
+        # each task's chunks
+        return {k: v for k, v in vars(self).items() if k != "listing"}
 
     def push_time_filters(self, filters: list) -> Iterable:
         """Keep the time comparisons to skip chunks by; return every filter,
@@ -221,9 +223,7 @@ class FmtfsReader(DataSourceReader):
             from fmtfs.spark.kept import trim
 
             trim(self.opts)  # the kept batches within their limit before tasks add more
-            tree = tree_for(self.opts)
-            views = view_files(tree, self.opts["view"])
-            planned = plan_partitions(tree, views, self.opts, self.tests) or [DerivedPartition("")]
+            planned = plan(self.listing, self.opts, self.tests) or [DerivedPartition("")]
             facts["count"] = len(planned)
             return planned
 

@@ -40,22 +40,42 @@ class FmtfsDataSource(DataSource):
         return infer(tree, views, opts)
 
     def schema(self) -> StructType:
+        from fmtfs.spark.listing import Listing
         from fmtfs.spark.schema import infer, spark_schema
 
         with step("schema"):
             opts, tree, views = self._setup()
             types = opts.get("types", "json")
-            return spark_schema(infer(tree, views, opts, typed=types == "parquet"), types)
+            inferred = infer(tree, views, opts, typed=types == "parquet")
+            # Spark pickles this object on to the planning step: what it
+            # plans from, so it need not open the tree again (fmtfs.spark.listing)
+            self._seen = (Listing.of(tree, views), inferred if types == "parquet" else None)
+            return spark_schema(inferred, types)
+
+    def _seen_current(self) -> tuple | None:
+        """The schema step's listing and typing if the source has not
+        changed since (else None); taken off this object, which Spark then
+        pickles into every task's command."""
+        seen = self.__dict__.pop("_seen", None)
+        return seen if seen is not None and seen[0].current() else None
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        from fmtfs.spark.batch import FmtfsReader, time_columns
+        from fmtfs.spark.batch import FmtfsReader
+        from fmtfs.spark.listing import Listing
 
-        with step("reader"):
-            opts, tree, views = self._setup()
-            return FmtfsReader(opts, schema, self._typing(opts, tree, views), time_columns(tree, views))
+        with step("reader") as facts:
+            seen = self._seen_current()
+            facts["listing"] = "schema-step" if seen is not None else "tree"
+            if seen is None:
+                opts, tree, views = self._setup()
+                seen = Listing.of(tree, views), self._typing(opts, tree, views)
+            opts = lower_options(self.options)
+            required_view(opts)
+            return FmtfsReader(opts, schema, seen[1], seen[0])
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         from fmtfs.spark.streaming import FmtfsStreamReader
 
+        self.__dict__.pop("_seen", None)  # micro-batches plan from the tree
         opts, tree, views = self._setup()
         return FmtfsStreamReader(opts, schema, self._typing(opts, tree, views))

@@ -21,6 +21,7 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
+from fmtfs.spark.listing import Listing
 from fmtfs.spark.source import Options, current_streams, format_for
 from fmtfs.spark.timefilter import TimeTest, chunk_may_match
 
@@ -55,13 +56,6 @@ class DerivedPartition(InputPartition):
         self.store = store
 
 
-def is_chunked(file) -> bool:
-    """Whether a view file is served from the chunk index (has chunks())."""
-    from fmtfs.views import IndexedFile, SlicedFile
-
-    return isinstance(file, (IndexedFile, SlicedFile))
-
-
 def target_bytes(total: int, opts: Options) -> int:
     """Bytes per partition: option partitionBytes, else Spark's split rule."""
     if opts.get("partitionbytes"):
@@ -90,50 +84,33 @@ def pack(chunks: list, opts: Options, vanish_ok: bool = False) -> list[ChunkPart
 
 
 def plan_partitions(tree, views: list[str], opts: Options, tests: list[TimeTest] | None = None):
-    """The input partitions of a batch read of `views`: the chunks of the
-    chunked views (those a time filter cannot rule out) packed, and one
+    """The input partitions of a batch read of `views` in `tree` (plan)."""
+    return plan(Listing.of(tree, views), opts, tests)
+
+
+def plan(listing: Listing, opts: Options, tests: list[TimeTest] | None = None) -> list[InputPartition]:
+    """The input partitions of a batch read of the listed views: the chunks
+    of the chunked views (those a time filter cannot rule out) packed, each
+    partition with where the index kept its chunks' lines, and one
     partition per derived view."""
     chunks: list = []
-    kept: dict[int, Any] = {}  # id(chunk) -> where its rendered lines are kept
+    pieces: list = []  # each chunk's kept piece, in order
     derived: list[InputPartition] = []
-    store = tree.index.kept
-    where = str(store.path) if store is not None else None
-    for view in views:
-        file = tree.files[view]
-        if is_chunked(file):
-            for c in file.chunks():
-                if not tests or chunk_may_match(tests, c.time_field, c.times):
-                    chunks.append(c)
-                    kept[id(c)] = _kept_piece(file, c)
-        else:
-            derived.append(DerivedPartition(view, where))
+    for view in listing.views:
+        if view not in listing.chunked:
+            derived.append(DerivedPartition(view, listing.store))
+            continue
+        for chunk, kept in listing.chunked[view]:
+            if not tests or chunk_may_match(tests, chunk.time_field, chunk.times):
+                chunks.append(chunk)
+                pieces.append(kept)
     packed = pack(chunks, opts)
-    for partition in packed if store is not None else ():
-        partition.store = where
-        partition.pieces = [kept[id(c)] for c in partition.chunks]
+    done = 0
+    for partition in packed if listing.store is not None else ():
+        partition.store = listing.store
+        partition.pieces = pieces[done : done + len(partition.chunks)]
+        done += len(partition.chunks)
     return packed + derived
-
-
-def _indexed_part(file, chunk):
-    """The indexed view file `chunk` is of (a part of a sliced view)."""
-    from fmtfs.views import SlicedFile
-
-    if isinstance(file, SlicedFile):
-        return next(f for f, _ in file.parts if f.stream.name == chunk.stream and f.view == chunk.view)
-    return file
-
-
-def _kept_piece(file, chunk):
-    """Where the index kept `chunk`'s rendered lines (fmtfs.keptpieces), or None."""
-    return _indexed_part(file, chunk).entry.kept.get((chunk.view, chunk.seq))
-
-
-def kept_place(file, chunk) -> tuple[str | None, Any]:
-    """Where the index kept the lines of the whole `chunk`: its store file's
-    path and the piece (fmtfs.keptpieces.Kept), or (None, None)."""
-    kept = _kept_piece(file, chunk)
-    store = _indexed_part(file, chunk).index.kept
-    return (str(store.path), kept) if kept is not None and store is not None else (None, None)
 
 
 def partition_records(opts: Options, partition: InputPartition) -> Iterator[list[dict]]:

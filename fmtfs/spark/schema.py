@@ -56,7 +56,8 @@ from pyspark.sql.types import (
 from fmtfs import parquet
 from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import parse_lines
-from fmtfs.spark.plan import ChunkPartition, is_chunked, kept_place, partition_records
+from fmtfs.spark.listing import is_chunked, kept_place
+from fmtfs.spark.plan import ChunkPartition, partition_records
 from fmtfs.spark.source import Options, cache_dir, forget_formats
 from fmtfs.twins import VERSION
 
