@@ -360,6 +360,33 @@ def test_data_source_partitions_are_packed_from_chunks(spark, tmp_path) -> None:
         assert df.count() == default.count() and df.exceptAll(default).count() == 0
 
 
+def test_a_read_after_an_append_sees_the_records_appended(spark, tmp_path) -> None:
+    """A read's schema step hands the planning step its listing of the
+    chunks (fmtfs.spark.listing): a read planned after records were
+    appended plans them, though an earlier read listed the source."""
+    from fmtfs.samples import wallaby
+    from fmtfs.spark import FmtfsDataSource
+
+    spark.dataSource.register(FmtfsDataSource)
+    (tmp_path / "src").mkdir()
+    source = wallaby.generate(tmp_path / "src", 3000)
+
+    def read():
+        reader = spark.read.format("fmtfs").option("view", "events.log/records.jsonl")
+        return reader.option("cacheDir", str(tmp_path / "cache")).load(str(source))
+
+    assert read().count() == 3000
+    (tmp_path / "grown").mkdir()
+    wallaby.generate(tmp_path / "grown", 3500)  # the same records and 500 more: appended below
+    log = source / "events.log"
+    with open(log, "ab") as out:
+        out.write((tmp_path / "grown" / "events.log").read_bytes()[log.stat().st_size :])
+    (source / "events.log.idx").write_bytes((tmp_path / "grown" / "events.log.idx").read_bytes())
+    df = read()
+    assert df.count() == 3500
+    assert df.agg(F.max("index")).first()[0] == 3499
+
+
 def typed_read(spark, source: Path, cache: Path, view: str):
     """The data source over `view` with the Parquet twin's typed columns."""
     return (

@@ -10,9 +10,11 @@ path).  The schema step opens it anyway: it keeps this listing on the
 DataSource, which Spark pickles from the schema step to the planning
 step, and the planning uses it instead of opening the tree again while
 the source's files are those the listing saw (`current`: the check a
-kept tree makes before re-indexing).  A DataFrame queried again later
-carries the same listing: the source has grown meanwhile, and the
-planning opens the tree as before."""
+kept tree makes before re-indexing).  Spark plans a DataFrame's read once
+and keeps that plan for its later queries, but a DataFrame filtered later
+(with filter pushdown on) is planned again from the DataSource pickled at
+its schema step: if the source has changed since, the planning opens the
+tree as before."""
 
 from __future__ import annotations
 
