@@ -736,10 +736,13 @@ class SourceTree:
     def _index_dirs(self) -> None:
         dirs: dict[str, set[str]] = {"": set()}
         for path in list(self.files) + list(self.created):
-            parts = path.split("/")
-            for depth in range(len(parts)):
-                parent = "/".join(parts[:depth])
-                dirs.setdefault(parent, set()).add(parts[depth])
+            parent, _, name = path.rpartition("/")
+            # a folder already known has its parents known: the walk up
+            # stops there (a tree opens with 10,000 views in one folder)
+            while parent not in dirs:
+                dirs[parent] = {name}
+                parent, _, name = parent.rpartition("/")
+            dirs[parent].add(name)
         self.dirs = {d: sorted(children) for d, children in dirs.items()}
 
     # -- meta files -------------------------------------------------------
