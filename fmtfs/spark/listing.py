@@ -1,5 +1,5 @@
 """What a batch read is planned from: the record views a `view` option
-names, each chunked view's chunks (fmtfs.views.ViewChunk) with where the
+names, each chunked view's chunks (fmtfs.viewchunk.ViewChunk) with where the
 index kept their rendered lines, and the source's files as they were
 when the tree was listed.
 

@@ -1,6 +1,6 @@
 """Input partitions from the chunk index, and reading them on executors.
 
-A partition is a list of view chunks (fmtfs.views.ViewChunk, the view
+A partition is a list of view chunks (fmtfs.viewchunk.ViewChunk, the view
 layer's public chunk API): one chunk of one stream, with its native start,
 end and decoder state (all an executor needs to decode it), its time range
 and the records it contributes to the view (maybe cut by record offsets:
@@ -32,7 +32,7 @@ MIN_PARTITION_BYTES = 4 << 20  # spark.sql.files.openCostInBytes
 
 
 class ChunkPartition(InputPartition):
-    """View chunks (fmtfs.views.ViewChunk) decoded one at a time, each into
+    """View chunks (fmtfs.viewchunk.ViewChunk) decoded one at a time, each into
     one Arrow batch.  `vanish_ok`: a stream gone by the time an executor
     reads it (Beats deletes acknowledged segments) yields nothing instead
     of failing."""
