@@ -37,6 +37,7 @@ from fmtfs.formats.base import (
 from fmtfs.index import Index, Progress, StreamEntry, digest
 from fmtfs.pieces import Pieces
 from fmtfs.render import parse_lines, render_document, render_lines
+from fmtfs.snapshot import source_snapshot
 from fmtfs.spill import SpilledPieces
 from fmtfs.twins import ParquetFile, Twins
 from fmtfs.viewchunk import ViewChunk
@@ -423,25 +424,6 @@ def _whole_object(text: bytes) -> Record | None:
     return value if isinstance(value, dict) else None
 
 
-def source_snapshot(source: Path) -> tuple:
-    """The source's native files as a tree sees them to tell a change: a
-    tree whose `snapshot` equals this is what the source holds now."""
-    if source.is_dir():
-        folder, prefix = source, ""
-    else:
-        folder, prefix = source.parent, source.name
-    seen = []
-    with os.scandir(folder) as it:
-        for item in it:
-            if item.name.startswith(prefix) and item.is_file():
-                st = item.stat()
-                # mode and owner too: a chmod/chown changes who may read the views
-                seen.append(
-                    (item.name, st.st_size, st.st_mtime_ns, st.st_ino, st.st_mode, st.st_uid, st.st_gid)
-                )
-    return tuple(sorted(seen))
-
-
 class SourceTree:
     """The whole tree of one mounted source."""
 
@@ -530,9 +512,6 @@ class SourceTree:
 
     # -- change detection -------------------------------------------------
 
-    def _source_snapshot(self) -> tuple:
-        return source_snapshot(self.format.source)
-
     def refresh(self, force: bool = False) -> set[str]:
         """Re-read what changed in the source; returns the paths whose size or
         content changed (for the FUSE layer to invalidate)."""
@@ -593,7 +572,7 @@ class SourceTree:
         """Stat the source (what that cost sets the rate limit); None when it
         is as indexed, then checked as of `started`; else its new snapshot."""
         cpu = time.thread_time()  # the look's own cost, not the GIL waits of a loaded machine
-        snapshot = self._source_snapshot()
+        snapshot = source_snapshot(self.format.source)
         self.look_cost = time.thread_time() - cpu
         self.interval = check_interval(self.look_cost)
         if snapshot == self.snapshot:

@@ -28,6 +28,8 @@ reader = source_.reader(schema)
 partitions = reader.partitions()
 print(pickle.dumps({
     "trees": len(source._trees),
+    "tree_loaded": "fmtfs.views" in sys.modules,
+    "index_loaded": "fmtfs.index" in sys.modules,
     "left": "_seen" in vars(source_),
     "reader": sorted(vars(pickle.loads(pickle.dumps(reader)))),
     "records": sum(c.count for p in partitions for c in p.chunks),
@@ -65,6 +67,7 @@ def test_the_planning_step_opens_no_tree_for_an_unchanged_source(opts: dict[str,
     schema = source.schema()
     planned = _plan(source, schema)
     assert planned["trees"] == 0  # planned from the schema step's listing
+    assert not planned["tree_loaded"] and not planned["index_loaded"]  # nor imported them
     assert not planned["left"]  # nor pickled on into the tasks' command
     assert "listing" not in planned["reader"] and "columns" in planned["reader"]
     lower = {k.lower(): v for k, v in opts.items()}
@@ -81,7 +84,7 @@ def test_a_source_changed_since_the_schema_step_is_planned_from_its_tree(
     schema = source.schema()
     _grow(Path(opts["path"]), tmp_path / "grown", 3500)
     planned = _plan(source, schema)
-    assert planned["trees"] == 1
+    assert planned["trees"] == 1 and planned["tree_loaded"]
     assert planned["records"] == 3500
 
 

@@ -57,7 +57,7 @@ class Listing:
     """The views of a read and their chunks, as one tree showed them."""
 
     source: Path  # the format's source (a folder, or a file and its siblings)
-    snapshot: tuple  # its files when listed (fmtfs.views.source_snapshot)
+    snapshot: tuple  # its files when listed (fmtfs.snapshot)
     store: str | None  # the path of the index's kept pieces, if it keeps any
     views: list[str]
     # each chunked view's chunks, each with its kept piece (None: not kept);
@@ -77,7 +77,7 @@ class Listing:
 
     def current(self) -> bool:
         """Whether the source's files are still those listed."""
-        from fmtfs.views import source_snapshot
+        from fmtfs.snapshot import source_snapshot
 
         try:
             return source_snapshot(self.source) == self.snapshot
