@@ -318,6 +318,29 @@ def test_the_json_columns_typed_from_kept_lines_are_those_of_the_records(
     assert typed_by_reader >= 1 or (kind, fmt) == ("fixtures", "gvfs")
 
 
+@pytest.mark.parametrize(("kind", "fmt"), [("sample", "proio"), ("damaged", "beats"), ("sample", "wallaby")])
+def test_a_sample_typed_in_threads_is_typed_as_in_one(
+    tmp_path: Path, kind: str, fmt: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """json_type types a sample of some megabytes in a thread per core:
+    the same type as typing it chunk after chunk."""
+    from fmtfs.spark import schema
+    from fmtfs.spark.listing import is_chunked
+
+    source = _source(kind, fmt, tmp_path / "src")
+    _settled(source)
+    opts = {"path": str(source), "format": fmt, "cachedir": str(tmp_path / "c")}
+    tree = open_tree(opts)
+    views = [v for v, f in tree.files.items() if v.endswith(".jsonl") and is_chunked(f)]
+    monkeypatch.setattr(schema, "PARALLEL_SAMPLE_BYTES", 1 << 60)
+    alone = [schema.json_type(tree, [v], opts, 0) for v in views]
+    monkeypatch.setattr(schema, "PARALLEL_SAMPLE_BYTES", 0)
+    threads = [schema.json_type(tree, [v], opts, 0) for v in views]
+    assert schema.sample_workers(schema.sampled(tree, views, 0)[0]) == min(2, os.cpu_count() or 1)  # threads
+    assert all(a.equals(b) for a, b in zip(alone, threads, strict=True))
+    assert any(len(t) for t in threads)
+
+
 LINES = {
     "plain": b'{"a": 1, "b": "x"}\n{"a": 2.5, "c": [1, 2]}\n',
     "times": b'{"t": "2020-01-01T00:00:00Z"}\n{"t": "not a time"}\n',

@@ -35,7 +35,9 @@ import gc
 import multiprocessing
 import os
 import pickle
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -182,6 +184,7 @@ def _fresh_formats() -> None:
 
 # kept stores opened by this process while it reads a sample, by path
 _stores: dict[str, KeptPieces] = {}
+_stores_lock = threading.Lock()  # json_type's threads open a store once
 
 
 def _close_stores() -> None:
@@ -197,8 +200,9 @@ def _kept_bytes(store: str, kept) -> bytes | None:
     if kept is None:
         return None
     try:
-        if store not in _stores:
-            _stores[store] = KeptPieces(Path(store), 0)
+        with _stores_lock:
+            if store not in _stores:
+                _stores[store] = KeptPieces(Path(store), 0)
         return _stores[store].get(kept)
     except OSError:
         return None
@@ -239,10 +243,11 @@ def _job_array(opts: Options, job: tuple) -> pa.StructArray | None:
 
 
 def sample_workers(sample: list) -> int:
-    """Processes worth reading `sample` with (1: in this one)."""
+    """Processes worth reading `sample` with, or threads worth typing its
+    kept lines with (1: this one alone)."""
     if sum(chunk.size for _, chunk in sample) < PARALLEL_SAMPLE_BYTES:
         return 1
-    return min(len(sample), os.cpu_count() or 1)
+    return max(1, min(len(sample), os.cpu_count() or 1))
 
 
 def infer(tree, views: list[str], opts: Options, typed: bool = True) -> Inferred:
@@ -293,15 +298,21 @@ def json_type(tree, views: list[str], opts: Options, chunks: int) -> pa.DataType
     sample, derived = sampled(tree, views, chunks)
     found: pa.DataType = pa.struct([])
     rest = []
+    jobs = [(chunk, kept_place(file, chunk)) for file, chunk in sample]
     try:
-        for file, chunk in sample:
-            typed = _kept_lines_type(chunk, kept_place(file, chunk))
-            if typed is None:
-                rest.append((file, chunk))
-            else:
-                found = parquet.unify(found, typed)
+        # a thread per core for a sample of some megabytes: the reader and
+        # lz4 release the GIL, and the schema step runs alone, before any
+        # task (a proio sample of 8 chunks, 9.6 MB: 0.10 -> 0.06 s on 2
+        # cores; wallaby's 3.4 MB took 0.02 s alone and longer in threads)
+        with ThreadPoolExecutor(sample_workers(sample)) as pool:
+            types = list(pool.map(lambda job: _kept_lines_type(*job), jobs))
     finally:
         _close_stores()
+    for pair, typed in zip(sample, types, strict=True):
+        if typed is None:
+            rest.append(pair)
+        else:
+            found = parquet.unify(found, typed)
     for file in derived:
         found = parquet.unify(found, _derived_type(file))
     for arr in sample_arrays(opts, rest, sample_workers(rest)):
