@@ -14,7 +14,9 @@ itself and decodes its chunks into Arrow batches, so a cluster reads a
 source on shared storage with no FUSE mount anywhere.
 
 Modules: `source` (options -> a format, a view tree kept by each worker
-for its next query), `plan` (partitions from chunks, read on executors),
+for its next query), `listing` (the views and chunks the schema step saw,
+handed to the planning step inside the pickled DataSource, so the first
+query opens the tree once), `plan` (partitions from chunks, read on executors),
 `schema` (columns, inference from a sample of the kept lines or decoded
 chunks, Arrow batches), `timefilter` (pushed time comparisons vs chunk
 time ranges), `pieces` (a chunk, or a derived view, parsed from the JSON
@@ -28,7 +30,8 @@ planning, every task), and a fresh worker imports what it unpickles: the
 modules import what their step needs only (pyarrow is for the schema and
 the tasks, not the planning; a task whose chunks all parse from their
 kept lines opens no format and loads no conversion of records: a proio
-task imports no protobuf, nor pyarrow.compute), and this package loads its
+task imports no protobuf, nor pyarrow.compute, nor the view tree and its
+index; nor does a planning step handed the schema step's listing), and this package loads its
 names on first use, so unpickling `FmtfsDataSource` imports `datasource`
 alone.  Spark keeps its Python workers between queries, so these imports
 are paid at a session's first query (and after the workers idled out).
