@@ -26,9 +26,13 @@ class FmtfsDataSource(DataSource):
     def name(cls) -> str:
         return "fmtfs"
 
-    def _setup(self):
+    def _options(self) -> Options:
         opts = lower_options(self.options)
         required_view(opts)
+        return opts
+
+    def _setup(self):
+        opts = self._options()
         tree = tree_for(opts)
         return opts, tree, view_files(tree, opts["view"])
 
@@ -69,8 +73,8 @@ class FmtfsDataSource(DataSource):
             if seen is None:
                 opts, tree, views = self._setup()
                 seen = Listing.of(tree, views), self._typing(opts, tree, views)
-            opts = lower_options(self.options)
-            required_view(opts)
+            else:
+                opts = self._options()
             return FmtfsReader(opts, schema, seen[1], seen[0])
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
