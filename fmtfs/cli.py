@@ -21,6 +21,7 @@ import textwrap
 import time
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from fmtfs import __version__
@@ -330,21 +331,27 @@ def open_tree(
     )
 
 
-def open_tree_showing_progress(args: argparse.Namespace, readonly: bool = False) -> SourceTree:
-    """open_tree with a progress bar while it indexes, when stderr is a terminal."""
+def open_tree_showing_progress(
+    args: argparse.Namespace, readonly: bool = False, while_scanning: Callable[[], object] | None = None
+) -> SourceTree:
+    """open_tree with a progress bar while it indexes, when stderr is a
+    terminal, streams scanned on every core (SourceTree's `while_scanning`
+    runs meanwhile)."""
     from fmtfs.progress import IndexProgress, native_size, on_terminal
     from fmtfs.views import SourceTree
 
     fmt = open_format(args)
-    workers = os.cpu_count() or 1  # streams are scanned on every core
-    keep_limit = args.rendered_cache
+    settings = {
+        "readonly": readonly,
+        "workers": os.cpu_count() or 1,
+        "keep_limit": args.rendered_cache,
+        "while_scanning": while_scanning,
+    }
     if not on_terminal():
-        return SourceTree(fmt, cache_dir(args), readonly=readonly, workers=workers, keep_limit=keep_limit)
+        return SourceTree(fmt, cache_dir(args), **settings)
     bar = IndexProgress(native_size(s.path for s in fmt.streams()))
     try:
-        return SourceTree(
-            fmt, cache_dir(args), readonly=readonly, progress=bar, workers=workers, keep_limit=keep_limit
-        )
+        return SourceTree(fmt, cache_dir(args), progress=bar, **settings)
     finally:
         bar.close()
 
@@ -470,7 +477,7 @@ def cmd_umount(args: argparse.Namespace) -> None:
 
 
 def cmd_mount(args: argparse.Namespace) -> None:
-    from fmtfs import daemon
+    from fmtfs import background
 
     mountpoint = args.mountpoint
     if not mountpoint.exists():
@@ -483,14 +490,25 @@ def cmd_mount(args: argparse.Namespace) -> None:
     readonly = "ro" in options
 
     def prepare() -> SourceTree:
-        tree = open_tree_showing_progress(args, readonly)
+        # the FUSE server's modules (pyfuse3, trio: 0.13 s of imports) are
+        # imported while the decode workers scan a source not indexed yet
+        tree = open_tree_showing_progress(args, readonly, while_scanning=_import_server)
         warn_problems(tree)
         return tree
 
+    def serve(tree: SourceTree, ready: int | None) -> None:
+        _import_server().run_mount(tree, mountpoint, options, ready)
+
     if args.foreground:
-        daemon.run_mount(prepare(), mountpoint, options, ready=None)
+        serve(prepare(), None)
         return
-    daemon.mount_in_background(prepare, mountpoint, options, args.log_file or cache_dir(args) / "fmtfs.log")
+    background.mount_in_background(prepare, serve, args.log_file or cache_dir(args) / "fmtfs.log")
+
+
+def _import_server() -> ModuleType:
+    import fmtfs.daemon
+
+    return fmtfs.daemon
 
 
 COMMANDS = {

@@ -1,10 +1,8 @@
-"""Mounting: `fmtfs mount` returns only once the mount is ready, then the
-child keeps serving in the background (the readiness travels on a pipe).
-
-The child indexes the source while the terminal is still its stderr (so a
-progress bar and warnings reach the person waiting), then detaches: standard
-streams to /dev/null, the log to a file.  Unmounting by any means (`fmtfs
-umount`, `fusermount3 -u`, `umount`) or SIGTERM/SIGINT ends the server."""
+"""Serving a mount: FUSE set up over a source's tree and served until
+unmounted by any means (`fmtfs umount`, `fusermount3 -u`, `umount`) or
+SIGTERM/SIGINT.  `fmtfs mount` runs this in the background child of
+fmtfs.background, which imports this module (pyfuse3, trio) while its
+decode workers index the source."""
 
 from __future__ import annotations
 
@@ -12,20 +10,19 @@ import functools
 import logging
 import os
 import signal
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pyfuse3
 import trio
 
-from fmtfs.errors import MountRefused, UserError
+from fmtfs.background import READY
+from fmtfs.errors import MountRefused
 from fmtfs.fuse import FmtfsOperations, serve
 from fmtfs.twinbuilder import start_builder
 from fmtfs.views import SourceTree
 
 log = logging.getLogger("fmtfs")
-READY = b"ready\n"
 # The kernel reads ahead 128 KiB of a FUSE file by default, one request per
 # 128 KiB: widened to the largest request libfuse 3 takes (1 MiB), a
 # sequential `cat` or Spark split costs an eighth of the requests, each a
@@ -110,59 +107,3 @@ async def _serve_until_signal(ops: FmtfsOperations, answering: Callable[[], None
         nursery.start_soon(watch_signals)
         await serve(ops)
         nursery.cancel_scope.cancel()
-
-
-def mount_in_background(
-    open_tree: Callable[[], SourceTree], mountpoint: Path, options: list[str], log_file: Path
-) -> None:
-    """Fork; the child indexes the source and mounts; the parent exits (status
-    0, without returning) when the child says READY, or raises with the
-    child's one-line error.  The
-    child logs to `log_file` at the level the command line set."""
-    read_end, write_end = os.pipe()
-    pid = os.fork()
-    if pid:
-        os.close(write_end)
-        message = b""
-        # until READY, or the end of the pipe (the child failed): decode
-        # workers forked by the child hold the pipe open as long as it runs
-        while message != READY and (chunk := os.read(read_end, 4096)):
-            message += chunk
-        os.close(read_end)
-        if message == READY:
-            # the mount is served by the child: this process has nothing left
-            # to do but its interpreter's teardown (pyarrow, trio, pyfuse3),
-            # which took 0.35 s of every `fmtfs mount`
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
-        os.waitpid(pid, 0)
-        raise UserError(
-            message.decode(errors="replace").strip() or "the mount process died before it was ready"
-        )
-    # child
-    os.close(read_end)
-    os.setsid()
-    try:
-        tree = open_tree()
-        _detach(log_file)
-        run_mount(tree, mountpoint, options, ready=write_end)
-    except BaseException as exc:  # noqa: BLE001 - report anything to the waiting parent
-        try:
-            os.write(write_end, str(exc).encode() or type(exc).__name__.encode())
-        except OSError:
-            log.exception("mount failed")
-        os._exit(1)
-    os._exit(0)
-
-
-def _detach(log_file: Path) -> None:
-    """Standard streams to /dev/null, the log (level unchanged) to `log_file`."""
-    handler = logging.FileHandler(log_file)
-    handler.setFormatter(logging.Formatter(f"%(asctime)s [{os.getpid()}] %(levelname)s %(message)s"))
-    log.handlers[:] = [handler]
-    log.propagate = False
-    null = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):
-        os.dup2(null, fd)
-    sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115 - lives as long as the process

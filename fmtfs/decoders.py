@@ -136,6 +136,12 @@ def _ready() -> None:
     """A no-op: submitted once per worker so they start before they are needed."""
 
 
+# Jobs queued for each worker before scan_all's `meanwhile` runs: nothing
+# hands them more until it returns, and `fmtfs mount`'s import of its
+# server (0.13 s) outlasts a range's scan (16 ranges in all: 20 MB of
+# wallaby is 45 ms a range).
+MEANWHILE_AHEAD = 3
+
 # How long a worker takes to be ready, by start method: a spawned one
 # imports fmtfs and the format (about a second); a forked one has them.
 START_SECONDS = {"spawn": 1.0, "fork": 0.05}
@@ -243,6 +249,7 @@ class DecodePool:
         jobs: dict[Any, tuple[str, ScanRange, tuple[Path, int] | None, bool]],
         progress: Progress | None,
         here: ScanHere | None = None,
+        meanwhile: Callable[[], object] | None = None,
     ) -> dict[Any, Scanned | BaseException]:
         """Scan ranges of streams at once: key -> (stream name, range, the
         store of kept pieces to keep them in (its spec), whether the
@@ -256,27 +263,35 @@ class DecodePool:
         process scans while the workers start instead of waiting for them,
         and a job is not promised to a worker still starting while this
         process could take it.  With `here`, the workers are started by
-        the caller (start()), when they are worth it; without, at once."""
+        the caller (start()), when they are worth it; without, at once.
+        `meanwhile()` is run in this process once the workers are up and
+        have their first jobs (MEANWHILE_AHEAD each), before any scan here:
+        work this process must do anyway (fmtfs mount imports its FUSE
+        server) runs beside the workers' scans instead of before them."""
         todo = deque(jobs)
         running: dict[Future, Any] = {}
         out: dict[Any, Scanned | BaseException] = {}
         if here is None:
             self._executor()
 
-        def tick() -> None:
+        def tick(ahead: int = 1) -> None:
             # a worker reports a chunk before it returns its scan, so what is
             # queued now covers every scan found done below
-            self._report(progress)
+            self.report(progress)
             for future in [f for f in running if f.done()]:
                 key = running.pop(future)
                 error = future.exception()
                 out[key] = future.result() if error is None else error
             up = self.workers if here is None else self.workers_up()
-            while todo and len(running) < up:
+            while todo and len(running) < up * ahead:
                 key = todo.popleft()
                 running[self._submit(_scan, *jobs[key])] = key
 
         tick()
+        if meanwhile is not None:
+            self.wait_ready()  # forked: a few milliseconds
+            tick(MEANWHILE_AHEAD)  # no tick() comes while meanwhile() runs
+            meanwhile()
         while todo or running:
             if todo and here is not None:
                 key = todo.pop()
@@ -286,7 +301,8 @@ class DecodePool:
             tick()
         return out
 
-    def _report(self, progress: Progress | None) -> None:
+    def report(self, progress: Progress | None) -> None:
+        """Tell `progress` of the chunks the workers scanned since the last report."""
         while self._progress is not None and not self._progress.empty():
             try:
                 size, count = self._progress.get()

@@ -143,6 +143,12 @@ class ChunkMeta:
     times: tuple[int, int] | None = None  # Chunk.times: earliest, latest record time (ns)
 
 
+def _start_workers(pool: DecodePool) -> None:
+    if not pool.started:
+        pool.start()
+        log.info("started %d worker processes (%s) to scan at once", pool.workers, pool.method)
+
+
 @dataclass
 class _ScanJob:
     """A scan update() must run: the entry it fills (rows already cut to
@@ -405,6 +411,7 @@ class Index:
         progress: Progress | None = None,
         pool: DecodePool | None = None,
         parallel_bytes: int = PARALLEL_SCAN_BYTES,
+        meanwhile: Callable[[], object] | None = None,
     ) -> list[tuple[StreamEntry, bool] | Exception]:
         """update() of every stream, in order; a stream that fails gives its
         exception in its place (the others are indexed).  With `pool`, and
@@ -414,7 +421,10 @@ class Index:
         takes ranges from the end of the list while the workers start, and
         they take them from the front once up; their progress reaches
         `progress` chunk by chunk; the SQLite writes stay here.  A scan a
-        worker could not finish is done again in this process."""
+        worker could not finish is done again in this process.  Given
+        `meanwhile`, scans in more than one range start the workers at
+        once and run it while they scan (DecodePool.scan_all); it is not
+        run if nothing is scanned in the pool."""
         with self.lock:
             jobs: dict[int, _ScanJob] = {}
             results: list[tuple[StreamEntry, bool] | Exception | None] = []
@@ -433,7 +443,7 @@ class Index:
             failed_here: set[int] = set()  # streams this process saw a scan of fail: not run again
             if pool is not None and jobs:
                 if to_scan >= parallel_bytes:
-                    pool.start()  # the workers start while the streams are cut
+                    _start_workers(pool)  # they start while the streams are cut
                 every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
                 parts = {
                     (i, n): part
@@ -441,7 +451,9 @@ class Index:
                     for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
                 }
                 if len(parts) >= 2:
-                    scanned = self._scan_in_pool(pool, jobs, parts, progress, failed_here, to_scan)
+                    if meanwhile is not None:
+                        _start_workers(pool)  # forked: they scan while meanwhile() runs here
+                    scanned = self._scan_in_pool(pool, jobs, parts, progress, failed_here, to_scan, meanwhile)
             for i, job in jobs.items():
                 found = scanned.get(i)
                 try:
@@ -473,6 +485,7 @@ class Index:
         progress: Progress | None,
         failed_here: set[int],
         to_scan: int,
+        meanwhile: Callable[[], object] | None,
     ) -> dict[int, Scanned | BaseException]:
         """Scan the ranges `parts` ((job, n) -> range) here and in `pool`
         (started once this process alone would need longer for the
@@ -492,8 +505,7 @@ class Index:
                     not pool.started
                     and (time.monotonic() - began) / done * (to_scan - done) > pool.start_seconds
                 ):
-                    pool.start()
-                    log.info("started %d worker processes (%s) to scan at once", pool.workers, pool.method)
+                    _start_workers(pool)
                 tick()
 
             job = jobs[key[0]]
@@ -517,6 +529,7 @@ class Index:
             },
             progress,
             here,
+            meanwhile,
         )
         ranges: dict[int, list[Scanned | BaseException]] = {i: [] for i in jobs}
         for key in sorted(parts):  # each job's ranges in order

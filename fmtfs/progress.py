@@ -11,9 +11,18 @@ import sys
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from tqdm import tqdm
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+
+def _bar(**settings: Any) -> tqdm:
+    """A tqdm bar; tqdm is imported only when a bar is drawn (6 ms of every
+    command's start otherwise)."""
+    from tqdm import tqdm
+
+    return tqdm(**settings)
 
 
 def native_size(paths: Iterable[Path]) -> int:
@@ -34,7 +43,7 @@ class IndexProgress:
     def __init__(self, total: int, stream: TextIO | None = None, label: str = "indexing") -> None:
         self.records = 0
         self.started = time.monotonic()
-        self.bar = tqdm(
+        self.bar = _bar(
             total=total,
             desc=label,
             unit="B",
@@ -75,7 +84,7 @@ class TwinProgress:
 
     def __call__(self, done: int, total: int) -> None:
         if self.bar is None:
-            self.bar = tqdm(total=total, desc="parquet twins", unit="twin", file=self.stream, leave=True)
+            self.bar = _bar(total=total, desc="parquet twins", unit="twin", file=self.stream, leave=True)
         self.bar.update(done - self.bar.n)
 
     def close(self) -> None:

@@ -15,6 +15,7 @@ import logging
 import os
 import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -435,9 +436,12 @@ class SourceTree:
         progress: Progress | None = None,
         workers: int = 0,
         keep_limit: int | None = None,
+        while_scanning: Callable[[], object] | None = None,
     ) -> None:
         """`keep_limit`: disk for rendered pieces kept across mounts
-        (fmtfs.keptpieces; None: the default budget, 0: none)."""
+        (fmtfs.keptpieces; None: the default budget, 0: none).
+        `while_scanning` is run once, while the decode workers scan the
+        streams that need it (Index.update_all's `meanwhile`), if any do."""
         self.format = fmt
         # decode worker processes (fmtfs.decoders) that scan many streams at
         # once while indexing; `fmtfs mount` and `fmtfs index` ask for them
@@ -476,6 +480,7 @@ class SourceTree:
         # on all of wallaby's 5,195 twins (12 s of CPU beside its first
         # query: 2.6x the plain folder instead of 1.4x)
         self.last_use = time.monotonic()
+        self._while_scanning = while_scanning  # the first index update's alone
         self.refresh(force=True)
 
     def decode_in_workers(self) -> None:
@@ -602,8 +607,11 @@ class SourceTree:
         entries: list[StreamEntry] = []
         shares: dict[str, list[IndexedFile]] = {}
         self.index_failures: list[Problem] = []
+        meanwhile, self._while_scanning = self._while_scanning, None
         for stream, found in zip(
-            streams, self.index.update_all(streams, self.progress, self.pool), strict=True
+            streams,
+            self.index.update_all(streams, self.progress, self.pool, meanwhile=meanwhile),
+            strict=True,
         ):
             if isinstance(found, Exception):  # a decoder bug must not take the whole mount down
                 log.error("indexing %s failed", stream.path, exc_info=found)

@@ -107,6 +107,46 @@ def test_the_indexing_process_scans_too_while_the_workers_take_the_first_streams
     assert told.records == 12_000 - 1  # every chunk reported once, wherever it was scanned
 
 
+def test_meanwhile_runs_once_while_the_workers_scan_and_changes_nothing(
+    pool_source: tuple[Format, DecodePool], tmp_path: Path
+) -> None:
+    """`fmtfs mount` imports its FUSE server while the workers scan
+    (update_all's `meanwhile`): it runs once, with every worker up, and the
+    workers report chunks while it runs, when this process scans nothing."""
+    fmt, pool = pool_source
+    serial, _ = index(tmp_path / "serial", fmt.streams())
+    workers_up: list[int] = []
+    told_meanwhile = Counted()
+
+    def meanwhile() -> None:
+        workers_up.append(pool.workers_up())
+        deadline = time.monotonic() + 60
+        while told_meanwhile.calls < 2 and time.monotonic() < deadline:
+            pool.report(told_meanwhile)
+            time.sleep(0.01)
+
+    told = Counted()
+    found = Index(tmp_path / "parallel", "test", "v1").update_all(
+        fmt.streams(), told, pool, meanwhile=meanwhile
+    )
+    assert workers_up == [2]
+    assert told_meanwhile.calls >= 2  # chunks scanned in the workers while meanwhile() ran here
+    assert [table(entry) for entry, _ in found] == serial
+    assert told.records + told_meanwhile.records == 12_000 - 1
+
+
+def test_meanwhile_is_not_run_when_nothing_is_scanned_in_the_pool(
+    pool_source: tuple[Format, DecodePool], tmp_path: Path
+) -> None:
+    fmt, pool = pool_source
+    index(tmp_path / "cache", fmt.streams())
+    calls: list[int] = []
+    Index(tmp_path / "cache", "test", "v1").update_all(
+        fmt.streams(), None, pool, meanwhile=lambda: calls.append(1)
+    )
+    assert calls == []  # indexed already: no scan, nothing beside it
+
+
 def test_grown_streams_are_resumed_in_the_workers(tmp_path: Path) -> None:
     source = tmp_path / "logs"
     source.mkdir()

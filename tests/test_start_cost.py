@@ -191,3 +191,22 @@ def test_a_mount_warns_of_damage_met_while_indexing_then_serves(tmp_path: Path) 
     finally:
         unmount(mountpoint)
     assert not os.path.ismount(mountpoint)
+
+
+def test_indexing_off_a_terminal_loads_no_bar_and_no_fuse_server(tmp_path: Path) -> None:
+    """tqdm only draws bars (on a terminal), and the FUSE server's modules
+    (pyfuse3, trio: 0.13 s) are the mount's to import while its decode
+    workers scan, not the indexing's or the forking parent's."""
+    source = _sample("wallaby", tmp_path / "src")
+    code = f"""
+from fmtfs import background, cli
+args = cli.parse_command_line(["index", "{source}", "--cache-dir", "{tmp_path}/c"])
+assert cli.open_tree_showing_progress(args).entries
+"""
+    loaded = loaded_after(code)
+    assert "fmtfs.views" in loaded and "fmtfs.background" in loaded
+    assert loaded.isdisjoint({"tqdm", "pyfuse3", "trio", "fmtfs.daemon"}), loaded & {
+        "tqdm",
+        "pyfuse3",
+        "trio",
+    }
