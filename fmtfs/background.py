@@ -28,10 +28,12 @@ READY = b"ready\n"
 def mount_in_background(
     open_tree: Callable[[], SourceTree], serve: Callable[[SourceTree, int], None], log_file: Path
 ) -> None:
-    """Fork; the child indexes the source and mounts; the parent exits (status
-    0, without returning) when the child says READY, or raises with the
-    child's one-line error.  The
-    child logs to `log_file` at the level the command line set."""
+    """Fork; the child opens the source's tree (`open_tree`: indexing it if
+    need be), then `serve(tree, ready)` mounts it and writes READY to the
+    pipe `ready` once the mount answers; the parent exits (status 0,
+    without returning) when the child says READY, or raises with the
+    child's one-line error.  The child logs to `log_file` at the level the
+    command line set."""
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid:
@@ -44,8 +46,8 @@ def mount_in_background(
         os.close(read_end)
         if message == READY:
             # the mount is served by the child: this process has nothing left
-            # to do but its interpreter's teardown (pyarrow, trio, pyfuse3),
-            # which took 0.35 s of every `fmtfs mount`
+            # to do but its interpreter's teardown, which took 0.35 s of every
+            # `fmtfs mount` when it held pyarrow, trio and pyfuse3
             sys.stdout.flush()
             sys.stderr.flush()
             os._exit(0)
