@@ -19,9 +19,13 @@ if TYPE_CHECKING:
 
 def _bar(**settings: Any) -> tqdm:
     """A tqdm bar; tqdm is imported only when a bar is drawn (6 ms of every
-    command's start otherwise)."""
+    command's start otherwise).  Without tqdm's monitor thread: the decode
+    workers a first index starts are forked only from a process running
+    no other thread (fmtfs.decoders), and a mount on a terminal spawned
+    them instead, a second each."""
     from tqdm import tqdm
 
+    tqdm.monitor_interval = 0  # read by tqdm when the first bar is made
     return tqdm(**settings)
 
 

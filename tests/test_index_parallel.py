@@ -264,13 +264,18 @@ from fmtfs.formats import open_source
 pool = DecodePool(open_source(Path(sys.argv[1]), "beats", {}), 2)
 if sys.argv[2] == "thread":
     threading.Thread(target=threading.Event().wait, daemon=True).start()
+if sys.argv[2] == "bar":  # a mount on a terminal draws one while it indexes
+    import io
+    from fmtfs.progress import IndexProgress
+    bar = IndexProgress(1000, io.StringIO())
+    bar(500, 10)
 pool.start()
 print(pool.method)
 pool.close()
 """
 
 
-@pytest.mark.parametrize(("other_thread", "method"), [("", "fork"), ("thread", "spawn")])
+@pytest.mark.parametrize(("other_thread", "method"), [("", "fork"), ("thread", "spawn"), ("bar", "fork")])
 def test_workers_are_forked_unless_another_thread_runs(
     pool_source: tuple[Format, DecodePool], other_thread: str, method: str
 ) -> None:
