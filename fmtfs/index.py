@@ -27,7 +27,6 @@ bounded in bytes.  Until the workers are up, a reader decodes in process."""
 from __future__ import annotations
 
 import bisect
-import hashlib
 import logging
 import sqlite3
 import threading
@@ -42,6 +41,7 @@ from typing import TypeVar
 import orjson
 
 from fmtfs.decoders import DecodePool
+from fmtfs.digest import digest
 from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
 from fmtfs.keptpieces import Kept, KeptPieces, default_limit
 from fmtfs.render import render_chunk
@@ -970,7 +970,3 @@ class Index:
             self.db.execute(
                 "INSERT OR REPLACE INTO derived VALUES (?,?,?,?)", (self.source_key, path, deps, data)
             )
-
-
-def digest(*parts: object) -> str:
-    return hashlib.sha256(orjson.dumps([str(p) for p in parts])).hexdigest()[:32]

@@ -75,7 +75,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from fmtfs.index import digest
+from fmtfs.digest import digest
 from fmtfs.viewfile import ViewFile
 
 if TYPE_CHECKING:

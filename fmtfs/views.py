@@ -24,6 +24,7 @@ import orjson
 
 from fmtfs import __version__, permissions
 from fmtfs.decoders import DecodePool
+from fmtfs.digest import digest
 from fmtfs.formats.base import (
     BadRecord,
     FileIdentity,
@@ -35,7 +36,7 @@ from fmtfs.formats.base import (
     Stream,
     Writer,
 )
-from fmtfs.index import Index, Progress, StreamEntry, digest
+from fmtfs.index import Index, Progress, StreamEntry
 from fmtfs.pieces import Pieces
 from fmtfs.render import parse_lines, render_document, render_lines
 from fmtfs.snapshot import source_snapshot

@@ -32,13 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from fmtfs import __version__
+from fmtfs.digest import digest
 from fmtfs.spark.source import Options, cache_dir
 
 if TYPE_CHECKING:  # the planning worker trims and loads no pyarrow (fmtfs.spark's docstring)
     import pyarrow as pa
-
-# nor the index (SQLite, the decode pool): fmtfs.index.digest is imported
-# where a batch is named, by the tasks that decode
 
 DEFAULT_KEPT_BYTES = 2 << 30
 HEAD_BYTES = 4096  # a file's header: segment options, encryption IV
@@ -63,8 +61,6 @@ class KeptBatches:
 
     def __init__(self, opts: Options, fmt, schema: pa.Schema, typing: object, keep: bool = True) -> None:
         self.folder = kept_dir(opts)
-        from fmtfs.index import digest
-
         self.enabled = keep and kept_bytes(opts) > 0
         self.prefix = digest(
             __version__,
@@ -87,8 +83,6 @@ class KeptBatches:
                 content.update(native.read(max(0, chunk.end - chunk.start)))
         except OSError:
             return None
-        from fmtfs.index import digest
-
         return digest(
             self.prefix,
             type(stream).__qualname__,

@@ -56,6 +56,7 @@ from pyspark.sql.types import (
 )
 
 from fmtfs import parquet
+from fmtfs.digest import digest
 from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import parse_lines
 from fmtfs.spark.listing import is_chunked, kept_place
@@ -255,8 +256,6 @@ def infer(tree, views: list[str], opts: Options, typed: bool = True) -> Inferred
     `typed`: learn the Parquet twin's typing plan too (types=parquet);
     else the JSON type alone, which the kept lines give without building
     records (json_type)."""
-    from fmtfs.index import digest
-
     setting = opts.get("inferchunks", str(DEFAULT_INFER_CHUNKS)).lower()
     chunks = 0 if setting == "all" else max(1, int(setting))
     identities = [tree.files[v].identity() for v in views]
