@@ -322,6 +322,17 @@ class Index:
         place; a crash in between leaves them pointing at the old file,
         which no longer matches: those pieces are decoded again."""
         assert self.kept is not None
+        # the live bytes summed by SQLite: a second mount of wallaby's 5,195
+        # bucket views spent 17 ms making a Kept of every row to learn this
+        (live,) = self.db.execute(
+            "SELECT coalesce(sum(kept_length), 0) FROM"
+            " (SELECT DISTINCT kept_at, kept_length, length, kept_check FROM pieces p"
+            " JOIN streams s ON p.stream = s.id WHERE s.source=? AND kept_file=?)",
+            (self.source_key, self.kept.file),
+        ).fetchone()
+        dead = self.kept.size() - live  # views may share a piece: counted once
+        if dead < COMPACT_DEAD_BYTES or dead < self.kept.size() // 2:
+            return
         rows = self.db.execute(
             "SELECT p.rowid, kept_at, kept_length, length, kept_check FROM pieces p"
             " JOIN streams s ON p.stream = s.id WHERE s.source=? AND kept_file=?",
@@ -330,9 +341,6 @@ class Index:
         old = {
             rowid: Kept(at, length, size, check, self.kept.file) for rowid, at, length, size, check in rows
         }
-        dead = self.kept.size() - sum(k.length for k in set(old.values()))  # views may share a piece
-        if dead < COMPACT_DEAD_BYTES or dead < self.kept.size() // 2:
-            return
         moved = self.kept.compacted(old.values())
         if moved is None:
             return

@@ -248,6 +248,27 @@ def test_a_grown_file_keeps_its_earlier_pieces_and_reads_right(tmp_path: Path) -
     decoding.close()
 
 
+def test_a_store_with_its_pieces_live_is_not_rewritten(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The live bytes are summed once per distinct piece (a wallaby chunk
+    within one hour shares its piece with its bucket): a store just written
+    is not mistaken for a dead one, whatever the threshold."""
+    monkeypatch.setattr(index_module, "COMPACT_DEAD_BYTES", 0)
+    source = tmp_path / "wal"
+    source.mkdir()
+    wallaby.generate(source, 20000)
+    settle(source)
+    cache = tmp_path / "cache"
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    store, size = tree.index.kept.file, tree.index.kept.size()
+    assert size > 0
+    tree.close()
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    assert (tree.index.kept.file, tree.index.kept.size()) == (store, size)  # the same file, as it was
+    tree.close()
+
+
 def test_a_store_mostly_dead_is_rewritten_with_its_live_pieces(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
