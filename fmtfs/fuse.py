@@ -10,7 +10,7 @@ is answered by the loop itself, where a thread hop would cost more than the
 work: a read whose bytes are already rendered in memory, and the attributes
 of folders and indexed views from the tree's snapshot (a listing is one
 lookup per path component); inode numbers are given on the loop only.  The
-tree and index hand the threads immutable snapshots (fmtfs.index), so reads
+tree and index hand the threads immutable snapshots (fmtfs.entries), so reads
 take no lock.  Read-only opens keep the kernel's page cache (`keep_cache`):
 a second `cat` never reaches us; a derived or meta view's pages are kept
 only while its identity is the one they were read under (_pages_current).

@@ -6,51 +6,34 @@ piece.  With it a view's exact size is a sum, a read at any offset is a
 bisect plus one chunk decode, a second mount of an unchanged source decodes
 nothing, and a grown file is scanned from its last chunk on.
 
-Threading: a StreamEntry is a snapshot, never changed once published.
-`update()` (one refresh at a time, under `Index.lock`, which also owns the
-SQLite connection) builds a new entry when a file grows and swaps it into
-`entries` whole, so readers in any thread use the entry they hold without
-a lock.  Rendered pieces are keyed by the chunk's file, start and end, so a
-piece rendered from an older snapshot is still right for a newer one.  The
-rendered-piece LRU owns its lock; a chunk missed by several concurrent
-readers (the kernel's readahead sends several requests for one region at
-once) is decoded once: the first reader decodes, the others wait for it
-(single flight).  With a DecodePool (the mount sets `Index.pool`), a missed
-chunk and the few after it are decoded by worker processes at once, so a
-sequential reader finds the next chunks rendered and every core decodes;
-a reader of a rendered chunk sends the next ones, so the workers never wait
-for it.  Workers render the reader's view only (a Beats chunk also feeds
-its hour buckets: rendering, sending and caching those made a `cat` of the
-segments pay for twice its bytes); what they return lands in the same LRU,
-bounded in bytes.  Until the workers are up, a reader decodes in process."""
+Threading: a StreamEntry is a snapshot, never changed once published
+(fmtfs.entries).  `update()` (one refresh at a time, under `Index.lock`,
+which also owns the SQLite connection) builds a new entry when a file
+grows and swaps it into `entries` whole, so readers in any thread use the
+entry they hold without a lock.  Reading the views' bytes is the index's
+ChunkReader's job (`Index.reader`, fmtfs.chunkreader)."""
 
 from __future__ import annotations
 
-import bisect
 import logging
 import sqlite3
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TypeVar
 
 import orjson
 
+from fmtfs.chunkreader import ChunkReader
 from fmtfs.decoders import DecodePool
 from fmtfs.digest import digest
-from fmtfs.formats.base import Chunk, FileIdentity, Problem, Record, State, Stream
+from fmtfs.entries import ChunkMeta, StreamEntry, ViewPieces
+from fmtfs.formats.base import FileIdentity, Problem, State, Stream
 from fmtfs.keptpieces import Kept, KeptPieces, default_limit
-from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, ScanRange, joined, scan_range, scan_ranges, scan_stream
-from fmtfs.spill import SpilledPieces
 
 log = logging.getLogger("fmtfs")
-
-Produced = TypeVar("Produced")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS streams (
@@ -134,15 +117,6 @@ SETTLED_NS = 60 * 10**9
 COMPACT_DEAD_BYTES = 16 << 20
 
 
-@dataclass
-class ChunkMeta:
-    start: int
-    end: int
-    state: State
-    count: int  # records in the stream's primary (first) view
-    times: tuple[int, int] | None = None  # Chunk.times: earliest, latest record time (ns)
-
-
 def _start_workers(pool: DecodePool) -> None:
     if not pool.started:
         pool.start()
@@ -160,129 +134,6 @@ class _ScanJob:
     identity: FileIdentity
 
 
-@dataclass
-class ViewPieces:
-    """Where one view's bytes come from: per contributing chunk, its rendered end."""
-
-    seqs: list[int] = field(default_factory=list)
-    ends: list[int] = field(default_factory=list)
-
-    @property
-    def size(self) -> int:
-        return self.ends[-1] if self.ends else 0
-
-    def add(self, seq: int, length: int) -> None:
-        if length:
-            self.seqs.append(seq)
-            self.ends.append(self.size + length)
-
-    def before(self, seq: int) -> ViewPieces:
-        """A copy holding only the pieces of chunks < seq."""
-        cut = bisect.bisect_left(self.seqs, seq)
-        return ViewPieces(self.seqs[:cut], self.ends[:cut])
-
-
-@dataclass
-class StreamEntry:
-    stream: Stream
-    row_id: int
-    identity: FileIdentity
-    chunks: list[ChunkMeta] = field(default_factory=list)
-    views: dict[str, ViewPieces] = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)
-    kept: dict[tuple[str, int], Kept] = field(default_factory=dict)  # (view, seq) -> its kept piece
-
-    @property
-    def record_count(self) -> int:
-        return sum(c.count for c in self.chunks)
-
-
-class RenderedChunks:
-    """LRU of rendered view pieces, bounded in bytes (fsspec's blockcache idea).
-    It holds what readers are about to ask for (the chunks decoded ahead,
-    2x workers of ~1-3 MB each, every view of them) and what readahead and
-    Spark's parallel range reads ask for again soon; a view read a second
-    time is served from the kernel's page cache, not from here, so 32 MB is
-    plenty and counts in the mount's RSS."""
-
-    def __init__(self, capacity: int = 32 << 20) -> None:
-        self.capacity = capacity
-        self.used = 0
-        self.items: OrderedDict[tuple, bytes] = OrderedDict()
-        self.lock = threading.Lock()
-        self.spill: SpilledPieces | None = None  # where evicted pieces go (the mount sets it)
-
-    def get(self, key: tuple) -> bytes | None:
-        data = self.in_memory(key)
-        if data is None and self.spill is not None:
-            data = self.spill.get(key)
-        return data
-
-    def in_memory(self, key: tuple) -> bytes | None:
-        """The piece if it is in the LRU itself (never read from disk)."""
-        with self.lock:
-            data = self.items.get(key)
-            if data is not None:
-                self.items.move_to_end(key)
-            return data
-
-    def __contains__(self, key: tuple) -> bool:
-        """Whether get() would find the piece (without reading it from disk)."""
-        with self.lock:
-            if key in self.items:
-                return True
-        return self.spill is not None and key in self.spill
-
-    def put(self, key: tuple, data: bytes) -> None:
-        evicted = []
-        with self.lock:
-            if key in self.items:
-                return
-            self.items[key] = data
-            self.used += len(data)
-            while self.used > self.capacity and len(self.items) > 1:
-                evicted.append(self.items.popitem(last=False))
-                self.used -= len(evicted[-1][1])
-        if self.spill is not None:
-            for old_key, old in evicted:
-                self.spill.put(old_key, old)
-
-    def drop_stream(self, name: str) -> None:
-        with self.lock:
-            for key in [k for k in self.items if k[0] == name]:
-                self.used -= len(self.items.pop(key))
-        if self.spill is not None:
-            self.spill.drop_stream(name)
-
-
-class DecodedChunks:
-    """The last few decoded chunks (all their views), shared by the record
-    iterations of one stream's views: the Parquet twins of wallaby's hour
-    buckets, built one after the other as a listing stats them, each need
-    one or two chunks that their neighbours decoded already.  Two are kept:
-    each decoded chunk is thousands of dicts, and a twin builder reading a
-    view front to back never comes back further (six cost a builder 35 MB
-    more on a 180,000-record Beats pending view)."""
-
-    def __init__(self, capacity: int = 2) -> None:
-        self.capacity = capacity
-        self.items: dict[tuple, dict[str, list[Record]]] = {}
-        self.lock = threading.Lock()
-
-    def get(self, key: tuple, decode) -> dict[str, list[Record]]:
-        with self.lock:
-            found = self.items.pop(key, None)
-            if found is not None:
-                self.items[key] = found  # most recent last
-                return found
-        found = decode()
-        with self.lock:
-            self.items[key] = found
-            while len(self.items) > self.capacity:
-                self.items.pop(next(iter(self.items)))
-        return found
-
-
 class Index:
     """Chunk tables of one source's streams, persisted in SQLite."""
 
@@ -298,14 +149,6 @@ class Index:
         self._migrate()
         self.lock = threading.RLock()
         self.entries: dict[str, StreamEntry] = {}
-        self.rendered = RenderedChunks()
-        self.decoded = DecodedChunks()
-        # chunks being decoded now -> set when their pieces are in `rendered`
-        self._flights: dict[tuple, threading.Event] = {}
-        self._flights_lock = threading.Lock()
-        self._kept_flights: dict[tuple, threading.Event] = {}  # kept pieces being read (under _flights_lock)
-        self.pool: DecodePool | None = None  # set by the mount: decode in worker processes
-        self._pending: dict[tuple, Future] = {}  # chunks the pool is decoding (under _flights_lock)
         self.kept: KeptPieces | None = None
         if keep_limit != 0:
             path = cache_dir / "rendered" / f"{digest(source_key)}.lz4"
@@ -314,6 +157,7 @@ class Index:
                 self._compact()
             except OSError as exc:  # keeping is an optimisation: every read then decodes
                 log.warning("cannot keep rendered pieces in %s: %s", path, exc.strerror or exc)
+        self.reader = ChunkReader(self.kept)  # the views' bytes
 
     def _compact(self) -> None:
         """Rewrite the store of kept pieces with its live ones when most of
@@ -352,6 +196,7 @@ class Index:
             )
 
     def close(self) -> None:
+        self.reader.close()
         if self.kept is not None:
             self.kept.close()
 
@@ -582,7 +427,7 @@ class Index:
         """Store what a scan found and publish the new entry."""
         self._store(job.entry, scanned, job.identity)
         self.entries[job.entry.stream.name] = job.entry
-        self.rendered.drop_stream(job.entry.stream.name)
+        self.reader.forget_stream(job.entry.stream.name)
         return job.entry
 
     def _abandon(self, name: str) -> None:
@@ -604,7 +449,7 @@ class Index:
             gone = [n for n in self.entries if n not in names]
             for name in gone:
                 self._delete_rows(self.entries.pop(name).row_id)
-                self.rendered.drop_stream(name)
+                self.reader.forget_stream(name)
             for row_id, name in self.db.execute(
                 "SELECT id, name FROM streams WHERE source=?", (self.source_key,)
             ).fetchall():
@@ -733,234 +578,6 @@ class Index:
         for table in ("chunks", "pieces", "problems"):
             self.db.execute(f"DELETE FROM {table} WHERE stream=?", (row_id,))
         self.db.execute("DELETE FROM streams WHERE id=?", (row_id,))
-
-    # -- reading ----------------------------------------------------------
-
-    def read(self, entry: StreamEntry, view: str, offset: int, size: int) -> bytes:
-        """Bytes [offset, offset+size) of `view`, rendering only the chunks hit."""
-        data = self._read(entry, view, offset, size, self._slice)
-        assert data is not None  # _slice always finds the bytes
-        return data
-
-    def read_in_memory(self, entry: StreamEntry, view: str, offset: int, size: int) -> bytes | None:
-        """read()'s bytes if every piece they come from is in the LRU, or in
-        the spill file with its pages cached, else None.  No decode, no wait
-        for a disk: the FUSE loop answers with it itself, since handing a
-        request to a thread cost more than slicing the bytes (py-spy of a
-        re-read)."""
-        return self._read(entry, view, offset, size, self._slice_in_memory)
-
-    def _read(self, entry: StreamEntry, view: str, offset: int, size: int, fetch) -> bytes | None:
-        pieces = entry.views.get(view)
-        if pieces is None or offset >= pieces.size or size <= 0:
-            return b""
-        out = []
-        i = bisect.bisect_right(pieces.ends, offset)
-        end = min(offset + size, pieces.size)
-        while offset < end and i < len(pieces.seqs):
-            piece_start = pieces.ends[i - 1] if i else 0
-            data = fetch(entry, view, pieces.seqs[i], offset - piece_start, end - piece_start)
-            if data is None:
-                return None
-            out.append(data)
-            offset = pieces.ends[i]
-            i += 1
-        return b"".join(out)
-
-    def _slice(self, entry: StreamEntry, view: str, seq: int, start: int, end: int) -> bytes:
-        """Bytes [start, end) of a chunk's piece: from the LRU, else the
-        spill file (only those bytes), else rendered."""
-        data = self._slice_in_memory(entry, view, seq, start, end)
-        if data is None and self.rendered.spill is not None:
-            data = self.rendered.spill.get((*self._chunk_key(entry, seq), view), start, end)
-        if data is None:
-            data = self.piece(entry, view, seq)[start:end]
-        return data
-
-    def _slice_in_memory(self, entry: StreamEntry, view: str, seq: int, start: int, end: int) -> bytes | None:
-        key = (*self._chunk_key(entry, seq), view)
-        data = self.rendered.in_memory(key)
-        if data is None:
-            # a piece evicted to the spill file, its pages still cached: a hole
-            # in a kept view read again (nothing to decode ahead for it)
-            spill = self.rendered.spill
-            return spill.get_cached(key, start, end) if spill is not None else None
-        if self.pool is not None and self.pool.ready:
-            # keep the workers busy: a reader going forward finds the next
-            # chunks decoded, instead of waiting at every 2 x workers chunks
-            self._decode_ahead(entry, seq + 1, view, wait=False)
-        return data[start:end]
-
-    @staticmethod
-    def _chunk_key(entry: StreamEntry, seq: int) -> tuple:
-        # what a chunk renders to depends on its file and bounds only
-        meta = entry.chunks[seq]
-        return (entry.stream.name, entry.identity.inode, meta.start, meta.end)
-
-    def piece(self, entry: StreamEntry, view: str, seq: int) -> bytes:
-        meta = entry.chunks[seq]
-        chunk_key = self._chunk_key(entry, seq)
-        data = self.rendered.get((*chunk_key, view))
-        if data is None:
-            data = self._from_kept(entry, view, seq, chunk_key)
-        if data is not None:
-            return data
-        if self.pool is not None:
-            if self.pool.ready or (*chunk_key, view) in self._pending:
-                future = self._decode_ahead(entry, seq, view)
-                assert future is not None
-                try:
-                    return future.result().get(view, b"")
-                except Exception:  # noqa: BLE001 - a worker that died: decode here, reporting as ever
-                    log.warning(
-                        "a decode worker failed on %s chunk %d; decoding in process", entry.stream.name, seq
-                    )
-            else:
-                # workers not up (a second each: they start with the first
-                # piece to decode) do not keep the first reader waiting: it
-                # decodes this chunk here, and the workers take the next ones
-                # as soon as they are up
-                self.pool.start()
-                if self._sequential(entry, seq, view):
-                    self._decode_ahead(entry, seq + 1, view, wait=False, forward=True)
-        return self._once(
-            self._flights,
-            chunk_key,
-            lambda: self.rendered.get((*chunk_key, view)),
-            lambda: self._render(entry, meta, chunk_key, view),
-        )
-
-    def _once(
-        self,
-        flights: dict[tuple, threading.Event],
-        key: tuple,
-        found: Callable[[], Produced | None],
-        produce: Callable[[], Produced],
-    ) -> Produced:
-        """produce() in one thread at a time per key (single flight): the
-        kernel's readahead asks for several parts of one piece at once.  A
-        thread finding another producing `key` waits for it and takes
-        found() (the LRU), or produces it itself when that finds nothing
-        (evicted already, or the leader failed)."""
-        with self._flights_lock:
-            flight = flights.get(key)
-            leading = flight is None
-            if leading:
-                flight = flights[key] = threading.Event()
-        if not leading:
-            flight.wait()
-            data = found()
-            return data if data is not None else produce()
-        try:
-            return produce()
-        finally:
-            with self._flights_lock:
-                del flights[key]
-            flight.set()
-
-    def _from_kept(self, entry: StreamEntry, view: str, seq: int, chunk_key: tuple) -> bytes | None:
-        """The piece from the store of kept pieces (into the LRU: a reader
-        asks for the rest of it next), or None; read and decompressed once
-        however many readers ask at a time."""
-        kept = entry.kept.get((view, seq))
-        store = self.kept
-        if kept is None or store is None:
-            return None
-        key = (*chunk_key, view)
-
-        def read() -> bytes | None:
-            data = store.get(kept)
-            if data is not None:
-                self.rendered.put(key, data)
-            return data
-
-        return self._once(self._kept_flights, key, lambda: self.rendered.get(key), read)
-
-    def _decode_ahead(
-        self, entry: StreamEntry, seq: int, view: str, wait: bool = True, forward: bool = False
-    ) -> Future | None:
-        """Send chunk `seq` and the next few of its stream to the pool (those
-        neither rendered nor on their way); returns the future of `seq`.
-        With wait=False (a reader of chunk seq-1 keeping the pool busy) `seq`
-        is sent only if not rendered either, and nothing is returned.
-        forward: the reader is known to go forward (else: seq-1 was read)."""
-        assert self.pool is not None
-        if seq >= len(entry.chunks):
-            return None
-        # ahead only for a reader going forward (the chunk before this one was
-        # just read): the kernel drops a few pages of a kept view now and then,
-        # and a warm re-read missing one of them must not decode 2×workers chunks
-        ahead = 2 * self.pool.workers if forward or self._sequential(entry, seq, view) else int(wait)
-        submitted: list[tuple[tuple, Future]] = []
-        with self._flights_lock:
-            wanted = None
-            for s in range(seq, min(seq + ahead, len(entry.chunks))):
-                meta = entry.chunks[s]
-                # the workers render the reader's view only: pending per view
-                key = (*self._chunk_key(entry, s), view)
-                future = self._pending.get(key)
-                needed = wait and s == seq
-                # a kept piece is read back when asked for, never decoded ahead
-                ahead_needed = key not in self.rendered and (view, s) not in entry.kept
-                if future is None and (needed or ahead_needed):
-                    if not needed and len(self._pending) >= 2 * ahead:
-                        break  # enough decoded ahead already: memory stays bounded
-                    future = self._pool_submit(key, meta.state)
-                    self._pending[key] = future
-                    submitted.append((key, future))
-                if s == seq:
-                    wanted = future
-            assert wanted is not None or not wait
-        # outside the lock: a future already done runs its callback right here,
-        # and _landed takes the lock itself
-        for key, future in submitted:
-            future.add_done_callback(lambda f, key=key: self._landed(key, f))
-        return wanted
-
-    def _sequential(self, entry: StreamEntry, seq: int, view: str) -> bool:
-        if seq == 0:
-            return True
-        key = (*self._chunk_key(entry, seq - 1), view)
-        return key in self._pending or key in self.rendered
-
-    def _pool_submit(self, key: tuple, state: State) -> Future:
-        assert self.pool is not None
-        name, _, start, end, view = key
-        return self.pool.submit(name, start, end, state, view)
-
-    def _landed(self, key: tuple, future: Future) -> None:
-        """A worker's piece (key: chunk key + view) into the LRU."""
-        if not future.cancelled() and future.exception() is None:
-            for view, data in future.result().items():
-                self.rendered.put((*key[:4], view), data)
-        with self._flights_lock:
-            self._pending.pop(key, None)
-
-    def _render(self, entry: StreamEntry, meta: ChunkMeta, chunk_key: tuple, view: str) -> bytes:
-        data = None
-        # in process (`fmtfs cat`, Spark, twins) keep every view of the decoded
-        # chunk: buckets are read right after records; a mount renders only
-        # the reader's view, as its workers do
-        only = view if self.pool is not None else None
-        for other, rendered in render_chunk(
-            entry.stream, Chunk(meta.start, meta.end, meta.state, {}), only
-        ).items():
-            self.rendered.put((*chunk_key, other), rendered)
-            if other == view:
-                data = rendered
-        return data if data is not None else b""
-
-    def records(self, entry: StreamEntry, view: str):
-        """Every record of `view` in order, one chunk at a time (for Parquet)."""
-        pieces = entry.views.get(view)
-        if pieces is None:
-            return
-        stream = entry.stream
-        for seq in list(pieces.seqs):
-            meta = entry.chunks[seq]
-            key = (stream.name, entry.identity, seq, meta.start, meta.end)
-            decoded = self.decoded.get(key, lambda m=meta: stream.decode(Chunk(m.start, m.end, m.state, {})))
-            yield decoded.get(view, [])
 
     # -- derived views ----------------------------------------------------
 

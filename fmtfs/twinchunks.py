@@ -36,8 +36,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from fmtfs.decoders import DecodePool, worker_stream
+from fmtfs.entries import StreamEntry
 from fmtfs.formats.base import Chunk, Record, State
-from fmtfs.index import StreamEntry
 from fmtfs.parquet import from_ipc, ipc_bytes, records_to_array
 from fmtfs.viewfile import ViewFile
 from fmtfs.views import IndexedFile, SlicedFile

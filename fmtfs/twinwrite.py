@@ -24,8 +24,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from fmtfs import __version__, parquet
+from fmtfs.entries import ViewPieces
 from fmtfs.formats.base import Record
-from fmtfs.index import ViewPieces
 from fmtfs.parquet_splice import splice
 from fmtfs.viewfile import ViewFile
 
@@ -186,13 +186,13 @@ def _records_past(view: Any, done: int) -> Iterable[list[Record]] | None:
     start = pieces.ends[first - 1] if first else 0
     skip = 0
     if done > start:
-        rendered = view.index.piece(view.entry, view.view, pieces.seqs[first])
+        rendered = view.reader.piece(view.entry, view.view, pieces.seqs[first])
         if rendered[done - start - 1 : done - start] != b"\n":
             return None
         skip = rendered[: done - start].count(b"\n")
     rest = ViewPieces(pieces.seqs[first:], pieces.ends[first:])
     entry = dataclasses.replace(view.entry, views={view.view: rest})
-    batches = iter(view.index.records(entry, view.view))
+    batches = iter(view.reader.records(entry, view.view))
     return _skipping(batches, skip)
 
 

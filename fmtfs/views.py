@@ -23,8 +23,10 @@ from typing import Any
 import orjson
 
 from fmtfs import __version__, permissions
+from fmtfs.chunkreader import ChunkReader
 from fmtfs.decoders import DecodePool
 from fmtfs.digest import digest
+from fmtfs.entries import StreamEntry
 from fmtfs.formats.base import (
     BadRecord,
     FileIdentity,
@@ -36,7 +38,7 @@ from fmtfs.formats.base import (
     Stream,
     Writer,
 )
-from fmtfs.index import Index, Progress, StreamEntry
+from fmtfs.index import Index, Progress
 from fmtfs.pieces import Pieces
 from fmtfs.render import parse_lines, render_document, render_lines
 from fmtfs.snapshot import source_snapshot
@@ -70,8 +72,8 @@ def check_interval(cost: float) -> float:
 
 
 class IndexedFile(ViewFile):
-    def __init__(self, index: Index, entry: StreamEntry, view: str) -> None:
-        self.index, self.entry, self.view = index, entry, view
+    def __init__(self, reader: ChunkReader, entry: StreamEntry, view: str) -> None:
+        self.reader, self.entry, self.view = reader, entry, view
 
     # -- the public chunk API (the Spark data source plans and reads by it) --
 
@@ -121,7 +123,7 @@ class IndexedFile(ViewFile):
             if first <= begin and last is None:
                 out.append(chunk)  # the common case: no decode to count
                 continue
-            total = chunk.total if counted else self.index.piece(self.entry, self.view, seq).count(b"\n")
+            total = chunk.total if counted else self.reader.piece(self.entry, self.view, seq).count(b"\n")
             end = begin + total
             low, high = max(first, begin), end if last is None else min(last, end)
             if low < high:
@@ -136,7 +138,7 @@ class IndexedFile(ViewFile):
     def chunk_bytes(self, chunk: ViewChunk) -> bytes:
         """A chunk's JSON lines of this view, rendered through the index
         (and its cache of rendered chunks)."""
-        data = self.index.piece(self.entry, self.view, chunk.seq)
+        data = self.reader.piece(self.entry, self.view, chunk.seq)
         if not chunk.skip and chunk.take is None:
             return data
         lines = data.splitlines(keepends=True)
@@ -147,17 +149,17 @@ class IndexedFile(ViewFile):
         return pieces.size if pieces else 0
 
     def read(self, offset: int, size: int) -> bytes:
-        # no lock: the entry is an immutable snapshot (see fmtfs.index)
-        return self.index.read(self.entry, self.view, offset, size)
+        # no lock: the entry is an immutable snapshot (see fmtfs.entries)
+        return self.reader.read(self.entry, self.view, offset, size)
 
     def size_known(self) -> bool:
         return True  # a sum in the index snapshot
 
     def read_in_memory(self, offset: int, size: int) -> bytes | None:
-        return self.index.read_in_memory(self.entry, self.view, offset, size)
+        return self.reader.read_in_memory(self.entry, self.view, offset, size)
 
     def records(self):
-        return self.index.records(self.entry, self.view)
+        return self.reader.records(self.entry, self.view)
 
     def identity(self) -> str:
         return digest(self.entry.identity, self.view)
@@ -173,10 +175,10 @@ class IndexedFile(ViewFile):
         counted = len(self.entry.views) == 1
         before = 0
         for i, seq in enumerate(pieces.seqs):
-            data = None if counted else self.index.piece(self.entry, self.view, seq)
+            data = None if counted else self.reader.piece(self.entry, self.view, seq)
             count = self.entry.chunks[seq].count if counted else data.count(b"\n")
             if record < before + count:
-                data = data if data is not None else self.index.piece(self.entry, self.view, seq)
+                data = data if data is not None else self.reader.piece(self.entry, self.view, seq)
                 position = 0
                 for _ in range(record - before):
                     position = data.index(b"\n", position) + 1
@@ -499,7 +501,7 @@ class SourceTree:
             self.pool.start()
         elif self.pool.started:
             self.pool.close()
-        self.index.pool = self.pool
+        self.index.reader.use_pool(self.pool)
         self.spill_evicted_pieces()
 
     def spill_evicted_pieces(self) -> None:
@@ -507,13 +509,11 @@ class SourceTree:
         cache folder for the mount's life (fmtfs.spill; not the pieces kept
         across mounts, fmtfs.keptpieces): a page the kernel dropped is
         re-read, not re-decoded."""
-        self.index.rendered.spill = SpilledPieces(self.index_dir)
+        self.index.reader.spill_to(SpilledPieces(self.index_dir))
 
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
-        if self.index.rendered.spill is not None:
-            self.index.rendered.spill.close()
         self.index.close()
 
     # -- change detection -------------------------------------------------
@@ -621,7 +621,7 @@ class SourceTree:
             entry, _ = found
             entries.append(entry)
             for view in entry.views:
-                shares.setdefault(view, []).append(IndexedFile(self.index, entry, view))
+                shares.setdefault(view, []).append(IndexedFile(self.index.reader, entry, view))
         # a view fed by several streams (a time bucket spanning beats segments
         # or kestrel writer files) is their shares joined in stream order
         for view, parts in shares.items():

@@ -38,14 +38,14 @@ def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> 
     LRU, the spill file), a decode here, a chunk sent to the workers."""
     from listing_ops import serve_counting
 
+    from fmtfs.chunkreader import ChunkReader
     from fmtfs.decoders import DecodePool
-    from fmtfs.index import Index
     from fmtfs.spill import SpilledPieces
 
     also = (
-        (Index, "_render", "decode"),
-        (Index, "_slice", "slice_thread"),
-        (Index, "read_in_memory", "read_in_memory"),
+        (ChunkReader, "_render", "decode"),
+        (ChunkReader, "_slice", "slice_thread"),
+        (ChunkReader, "read_in_memory", "read_in_memory"),
         (SpilledPieces, "get", "spill_get"),
         (DecodePool, "submit", "pool_submit"),
     )

@@ -14,11 +14,12 @@ from pathlib import Path
 import pytest
 
 from fmtfs.decoders import DecodePool
+from fmtfs.entries import StreamEntry
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Format, Stream
 from fmtfs.formats.beats.stream import SegmentStream
 from fmtfs.formats.wallaby import WallabyWriter
-from fmtfs.index import Index, StreamEntry
+from fmtfs.index import Index
 from fmtfs.samples import beats, proio, wallaby
 from fmtfs.views import SourceTree
 from tests.mounting import fmtfs, mounted

@@ -222,10 +222,7 @@ def test_the_last_chunk_is_kept_once_the_file_has_settled(
 
 
 def test_a_grown_file_keeps_its_earlier_pieces_and_reads_right(tmp_path: Path) -> None:
-    source = tmp_path / "wal"
-    source.mkdir()
-    wallaby.generate(source, 20000)
-    settle(source)
+    source = sample("wallaby", tmp_path, 20000)
     cache = tmp_path / "cache"
     tree = SourceTree(open_source(source, "wallaby", {}), cache)
     (before,) = tree.index.entries.values()
@@ -255,10 +252,7 @@ def test_a_store_with_its_pieces_live_is_not_rewritten(
     within one hour shares its piece with its bucket): a store just written
     is not mistaken for a dead one, whatever the threshold."""
     monkeypatch.setattr(index_module, "COMPACT_DEAD_BYTES", 0)
-    source = tmp_path / "wal"
-    source.mkdir()
-    wallaby.generate(source, 20000)
-    settle(source)
+    source = sample("wallaby", tmp_path, 20000)
     cache = tmp_path / "cache"
     tree = SourceTree(open_source(source, "wallaby", {}), cache)
     store, size = tree.index.kept.file, tree.index.kept.size()

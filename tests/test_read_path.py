@@ -124,7 +124,7 @@ def test_a_worker_that_finishes_before_its_callback_is_added_does_not_hang_the_r
     must not hold the lock the callback takes (a hang seen under Spark)."""
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
     tree.decode_in_workers()
-    pool = tree.index.pool
+    pool = tree.index.reader.pool
     pool.wait_ready()  # a pool still starting is not used: reads decode in process meanwhile
     real_submit = pool.submit
 
@@ -179,27 +179,27 @@ def test_a_reader_going_forward_keeps_the_workers_decoding_ahead(many_chunks: Pa
     (No rendered pieces kept: kept ones are read back, never decoded.)"""
     tree = SourceTree(open_source(many_chunks, None, {}), tmp_path / "cache", keep_limit=0)
     tree.decode_in_workers()
-    pool = tree.index.pool
+    pool = tree.index.reader.pool
     pool.wait_ready()
     view = tree.file(RECORDS)
     assert isinstance(view, IndexedFile)
-    index, entry = tree.index, view.entry
+    reader, entry = tree.index.reader, view.entry
     seqs = entry.views[RECORDS].seqs
     ahead = 2 * pool.workers
     assert len(seqs) > ahead + 2
     try:
         tree.read(RECORDS, 0, 4096)  # a miss: chunks 0 .. ahead-1 go to the workers
-        for future in list(index._pending.values()):
+        for future in list(reader._pending.values()):
             future.result()
         last_ahead = entry.chunks[seqs[ahead]]
         key = (entry.stream.name, entry.identity.inode, last_ahead.start, last_ahead.end, RECORDS)
-        assert key not in index.rendered  # not asked for yet
+        assert key not in reader.rendered  # not asked for yet
         # a read of chunk 1, rendered already, sends the chunks after it
         start_of_1 = entry.views[RECORDS].ends[0]
         assert tree.read_in_memory(RECORDS, start_of_1, 4096) is not None
-        for future in list(index._pending.values()):
+        for future in list(reader._pending.values()):
             future.result()
-        assert key in index.rendered
+        assert key in reader.rendered
     finally:
         tree.close()
 
@@ -227,7 +227,7 @@ def test_reads_while_the_workers_start_and_after_give_the_views_bytes(
     view = tree.file(RECORDS)
     try:
         first = b"".join(tree.read(RECORDS, offset, 128 << 10) for offset in range(0, view.size(), 128 << 10))
-        tree.index.pool.wait_ready()
+        tree.index.reader.pool.wait_ready()
         second = b"".join(tree.read(RECORDS, offset, 1 << 20) for offset in range(0, view.size(), 1 << 20))
     finally:
         tree.close()

@@ -26,7 +26,7 @@ def test_pieces_the_lru_evicts_are_read_back_from_disk(tmp_path: Path) -> None:
     generate(source, 20_000)
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
     tree.spill_evicted_pieces()
-    rendered = tree.index.rendered
+    rendered = tree.index.reader.rendered
     rendered.capacity = 1  # the LRU keeps one piece: every other goes to disk
     view = tree.file(RECORDS)
     assert isinstance(view, IndexedFile)
@@ -78,14 +78,14 @@ def test_a_piece_whose_pages_are_cached_is_read_without_waiting_and_one_on_disk_
 
 
 def test_a_reread_finds_evicted_pieces_without_a_thread(tmp_path: Path) -> None:
-    """Index.read_in_memory (what the FUSE loop answers itself) serves a
+    """ChunkReader.read_in_memory (what the FUSE loop answers itself) serves a
     piece the LRU evicted to the spill file while its pages are cached."""
     source = tmp_path / "src"
     source.mkdir()
     generate(source, 20_000)
     tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
     tree.spill_evicted_pieces()
-    tree.index.rendered.capacity = 1
+    tree.index.reader.rendered.capacity = 1
     view = tree.file(RECORDS)
     assert isinstance(view, IndexedFile)
     first = _read_all(view)

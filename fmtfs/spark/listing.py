@@ -48,7 +48,7 @@ def kept_place(file, chunk) -> tuple[str | None, Any]:
     """Where the index kept the lines of the whole `chunk`: its store file's
     path and the piece (fmtfs.keptpieces.Kept), or (None, None)."""
     kept = kept_piece(file, chunk)
-    store = _indexed_part(file, chunk).index.kept
+    store = _indexed_part(file, chunk).reader.kept
     return (str(store.path), kept) if kept is not None and store is not None else (None, None)
 
 
