@@ -41,10 +41,12 @@ from fmtfs import permissions
 from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
 from fmtfs.permissions import Access
 from fmtfs.refusals import Refusals
+from fmtfs.treefiles import BytesFile, IndexedFile, SlicedFile
 from fmtfs.twins import ParquetFile, TwinHandle
 from fmtfs.viewfile import ViewFile
 from fmtfs.viewpermissions import ViewPermissions
-from fmtfs.views import META_ERRORS, META_INFO, BytesFile, IndexedFile, SlicedFile, SourceTree, ViewWriter
+from fmtfs.views import META_ERRORS, META_INFO, SourceTree
+from fmtfs.viewwriter import ViewWriter
 
 log = logging.getLogger("fmtfs")
 

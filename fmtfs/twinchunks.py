@@ -39,8 +39,8 @@ from fmtfs.decoders import DecodePool, worker_stream
 from fmtfs.entries import StreamEntry
 from fmtfs.formats.base import Chunk, Record, State
 from fmtfs.parquet import from_ipc, ipc_bytes, records_to_array
+from fmtfs.treefiles import IndexedFile, SlicedFile
 from fmtfs.viewfile import ViewFile
-from fmtfs.views import IndexedFile, SlicedFile
 
 log = logging.getLogger("fmtfs")
 

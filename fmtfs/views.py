@@ -1,51 +1,38 @@
 """A source as a tree of virtual files: paths, exact sizes, read(offset, size)
 and writes.  The FUSE adapter and the CLI both go through this module, so
-`fmtfs cat` and `cat` over a mount give the same bytes.
-
-Record views served from the chunk index (IndexedFile, SlicedFile) also
-show their chunks (`chunks()`: ViewChunk, with time range, record count and
-rendered size, cut at any record) and a chunk's records or bytes: the
-Spark data source plans partitions and decodes on executors through that
-API alone."""
+`fmtfs cat` and `cat` over a mount give the same bytes.  The kinds of file
+are in fmtfs.treefiles (and fmtfs.twins), write-through in fmtfs.viewwriter."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from fmtfs import __version__, permissions
-from fmtfs.chunkreader import ChunkReader
 from fmtfs.decoders import DecodePool
 from fmtfs.digest import digest
 from fmtfs.entries import StreamEntry
 from fmtfs.formats.base import (
-    BadRecord,
     FileIdentity,
     Format,
     PiecedRender,
     Problem,
     ReadOnlyView,
     Record,
-    Stream,
-    Writer,
 )
 from fmtfs.index import Index, Progress
 from fmtfs.pieces import Pieces
-from fmtfs.render import parse_lines, render_document, render_lines
+from fmtfs.render import render_document, render_lines
 from fmtfs.snapshot import source_snapshot
 from fmtfs.spill import SpilledPieces
+from fmtfs.treefiles import BytesFile, IndexedFile, SlicedFile
 from fmtfs.twins import ParquetFile, Twins
-from fmtfs.viewchunk import ViewChunk
 from fmtfs.viewfile import ViewFile
+from fmtfs.viewwriter import ViewWriter
 
 log = logging.getLogger("fmtfs")
 
@@ -71,361 +58,9 @@ def check_interval(cost: float) -> float:
     return min(MAX_REFRESH_INTERVAL, max(REFRESH_INTERVAL, cost / CHECK_SHARE))
 
 
-class IndexedFile(ViewFile):
-    def __init__(self, reader: ChunkReader, entry: StreamEntry, view: str) -> None:
-        self.reader, self.entry, self.view = reader, entry, view
-
-    # -- the public chunk API (the Spark data source plans and reads by it) --
-
-    @property
-    def stream(self) -> Stream:
-        return self.entry.stream
-
-    @property
-    def counted(self) -> bool:
-        """Whether the index counts this view's records per chunk (the
-        stream's own view, the one that grows by appending)."""
-        paths = self.entry.stream.view_paths()
-        return bool(paths) and paths[0] == self.view
-
-    def record_count(self) -> int | None:
-        """The view's records (None: not counted, see `counted`)."""
-        return self.entry.record_count if self.counted else None
-
-    def chunks(self, first: int = 0, last: int | None = None) -> list[ViewChunk]:
-        """The chunks holding the view's records [first, last), in order.
-        A view the index does not count is cut by rendering the chunks
-        the cut falls in (their lines are its records)."""
-        pieces = self.entry.views.get(self.view)
-        if pieces is None:
-            return []
-        counted = self.counted
-        time_field = getattr(self.entry.stream, "time_field", None)
-        out: list[ViewChunk] = []
-        begin = 0  # the view's records before this chunk
-        for i, seq in enumerate(pieces.seqs):
-            if last is not None and begin >= last:
-                break
-            meta = self.entry.chunks[seq]
-            size = pieces.ends[i] - (pieces.ends[i - 1] if i else 0)
-            chunk = ViewChunk(
-                self.view,
-                self.entry.stream.name,
-                meta.start,
-                meta.end,
-                meta.state,
-                meta.times,
-                time_field,
-                size,
-                meta.count if counted else None,
-                seq=seq,
-            )
-            if first <= begin and last is None:
-                out.append(chunk)  # the common case: no decode to count
-                continue
-            total = chunk.total if counted else self.reader.piece(self.entry, self.view, seq).count(b"\n")
-            end = begin + total
-            low, high = max(first, begin), end if last is None else min(last, end)
-            if low < high:
-                out.append(chunk.part(low - begin, high - begin))
-            begin = end
-        return out
-
-    def chunk_records(self, chunk: ViewChunk) -> list[Record]:
-        """A chunk's records of this view, decoded here."""
-        return chunk.records(self.entry.stream)
-
-    def chunk_bytes(self, chunk: ViewChunk) -> bytes:
-        """A chunk's JSON lines of this view, rendered through the index
-        (and its cache of rendered chunks)."""
-        data = self.reader.piece(self.entry, self.view, chunk.seq)
-        if not chunk.skip and chunk.take is None:
-            return data
-        lines = data.splitlines(keepends=True)
-        return b"".join(lines[chunk.skip : None if chunk.take is None else chunk.skip + chunk.take])
-
-    def size(self) -> int:
-        pieces = self.entry.views.get(self.view)
-        return pieces.size if pieces else 0
-
-    def read(self, offset: int, size: int) -> bytes:
-        # no lock: the entry is an immutable snapshot (see fmtfs.entries)
-        return self.reader.read(self.entry, self.view, offset, size)
-
-    def size_known(self) -> bool:
-        return True  # a sum in the index snapshot
-
-    def read_in_memory(self, offset: int, size: int) -> bytes | None:
-        return self.reader.read_in_memory(self.entry, self.view, offset, size)
-
-    def records(self):
-        return self.reader.records(self.entry, self.view)
-
-    def identity(self) -> str:
-        return digest(self.entry.identity, self.view)
-
-    def line_offset(self, record: int) -> int:
-        """Where the view's `record`-th line starts (its size past the end).
-        Renders only the chunk holding that line."""
-        pieces = self.entry.views.get(self.view)
-        if pieces is None or record <= 0:
-            return 0
-        # chunk counts are the stream's primary view's: exact for a one-view
-        # stream, otherwise count lines chunk by chunk
-        counted = len(self.entry.views) == 1
-        before = 0
-        for i, seq in enumerate(pieces.seqs):
-            data = None if counted else self.reader.piece(self.entry, self.view, seq)
-            count = self.entry.chunks[seq].count if counted else data.count(b"\n")
-            if record < before + count:
-                data = data if data is not None else self.reader.piece(self.entry, self.view, seq)
-                position = 0
-                for _ in range(record - before):
-                    position = data.index(b"\n", position) + 1
-                return (pieces.ends[i - 1] if i else 0) + position
-            before += count
-        return pieces.size
-
-
 def _identity_of(view: ViewFile) -> FileIdentity | None:
     """The native file's identity behind an indexed view."""
     return view.entry.identity if isinstance(view, IndexedFile) else None
-
-
-class SlicedFile(ViewFile):
-    """A derived view made of slices of indexed views (formats' ViewSlice):
-    its bytes are theirs, so sizes and reads come from the chunk index."""
-
-    def __init__(self, parts: list[tuple[IndexedFile, int]]) -> None:
-        self.parts = parts  # (file, records skipped at its start)
-        self._layout: list[tuple[IndexedFile, int, int]] | None = None
-        self._identity: str | None = None
-        self._lock = threading.Lock()
-
-    def layout(self) -> list[tuple[IndexedFile, int, int]]:
-        """(file, first byte, last byte + 1) of every part."""
-        with self._lock:
-            if self._layout is None:
-                self._layout = [(f, f.line_offset(skip), f.size()) for f, skip in self.parts]
-            return self._layout
-
-    def size(self) -> int:
-        return sum(end - start for _, start, end in self.layout())
-
-    def size_known(self) -> bool:
-        return self._layout is not None  # set once, never changed: no lock needed to look
-
-    def read(self, offset: int, size: int) -> bytes:
-        out = []
-        for file, start, end in self.layout():
-            length = end - start
-            if offset < length and size > 0:
-                data = file.read(start + offset, min(size, length - offset))
-                out.append(data)
-                size -= len(data)
-            offset = max(0, offset - length)
-        return b"".join(out)
-
-    def records(self):
-        for file, skip in self.parts:
-            for batch in file.records():
-                if skip >= len(batch):
-                    skip -= len(batch)
-                    continue
-                yield batch[skip:]
-                skip = 0
-
-    def identity(self) -> str:
-        # asked at every open (fmtfs.fuse keeps pages per identity); the parts
-        # never change, so one digest of them serves this object's life
-        if self._identity is None:
-            self._identity = digest(*[(f.identity(), skip) for f, skip in self.parts])
-        return self._identity
-
-    # -- the public chunk API, as IndexedFile's --
-
-    def chunks(self) -> list[ViewChunk]:
-        """The chunks of every part, in order, each part from its skip on."""
-        return [chunk for file, skip in self.parts for chunk in file.chunks(skip)]
-
-    def _part(self, chunk: ViewChunk) -> IndexedFile:
-        return next(f for f, _ in self.parts if f.stream.name == chunk.stream and f.view == chunk.view)
-
-    def chunk_records(self, chunk: ViewChunk) -> list[Record]:
-        return self._part(chunk).chunk_records(chunk)
-
-    def chunk_bytes(self, chunk: ViewChunk) -> bytes:
-        return self._part(chunk).chunk_bytes(chunk)
-
-
-class BytesFile(ViewFile):
-    """A file rendered whole on first use (derived views, meta files); a
-    PiecedRender's view is held as compressed pieces (fmtfs.pieces)."""
-
-    def __init__(self, render, identity: str) -> None:
-        self._render = render
-        self._identity = identity
-        self._data: bytes | Pieces | None = None
-        self._records: list[Record] | None = None
-        self._lock = threading.Lock()
-
-    def data(self) -> bytes | Pieces:
-        with self._lock:
-            if self._data is None:
-                produced = self._render()
-                if isinstance(produced, (bytes, Pieces)):
-                    self._data = produced
-                else:
-                    self._records = produced
-                    self._data = render_lines(produced)
-            return self._data
-
-    def size(self) -> int:
-        return len(self.data())
-
-    def size_known(self) -> bool:
-        return self._data is not None  # set once, never changed: no lock needed to look
-
-    def read(self, offset: int, size: int) -> bytes:
-        return self.data()[offset : offset + size]
-
-    def read_in_memory(self, offset: int, size: int) -> bytes | None:
-        # set once, never changed: no lock needed to look; Pieces decompress
-        # a read's piece or two on the spot (lz4: ~0.1 ms, half a thread hop)
-        data = self._data
-        return None if data is None else data[offset : offset + size]
-
-    def records(self):
-        data = self.data()
-        if isinstance(data, Pieces):
-            return data.records()
-        if self._records is None:  # restored from the persistent cache
-            self._records = parse_lines(data)
-        return [self._records]
-
-    def identity(self) -> str:
-        return self._identity
-
-
-class ViewWriter:
-    """One open, writable view.
-
-    Append views encode every complete line at write().  A last line without
-    its newline waits: it is encoded at a flush (any close of a descriptor,
-    fsync) once it is a whole JSON object, else at the final close
-    (release), so a child process closing an inherited descriptor never cuts
-    a line in two.  Replace views (a whole kestrel reader document) are
-    applied as soon as the written text is one whole JSON object.
-
-    Every method returns the view paths whose bytes changed, for the FUSE
-    layer to invalidate.  A write does not re-index the source: it marks the
-    tree stale (SourceTree.wrote), so the next stat, listing or poll, or the
-    final close, scans what was appended once.  Re-indexing after each
-    128 KiB write re-decoded the stream's last chunk every time and rebuilt
-    the whole tree: 85% of a `cat lines >> view` (py-spy)."""
-
-    def __init__(self, tree: SourceTree, path: str, writer: Writer) -> None:
-        self.tree, self.path, self.writer = tree, path, writer
-        self.buffer = b""
-        self.offset = 0  # where the buffered bytes were written in the view
-        self.applied = b""  # the replace document last applied
-        self.written = False  # whether this handle changed the native files
-
-    def write(self, data: bytes, offset: int = 0) -> set[str]:
-        """Raise BadRecord (-> EINVAL) with nothing of `data` encoded."""
-        pending = self.buffer + data
-        start = offset - len(self.buffer)
-        if self.writer.mode == "replace":
-            self._refuse_if_not_an_object(pending, start)
-            document = _whole_object(pending)
-            changed = set()
-            if document is not None and pending.strip() != self.applied.strip():
-                changed = self._encode([document], start)
-                self.applied = pending
-            self.buffer = pending
-            return changed
-        cut = pending.rfind(b"\n") + 1
-        # a tail that cannot begin a JSON object can never become a line
-        self._refuse_if_not_an_object(pending[cut:], start + cut)
-        changed = self._encode_lines(pending[:cut], start) if cut else set()
-        self.buffer, self.offset = pending[cut:], start + cut
-        return changed
-
-    def flush(self) -> set[str]:
-        changed = set()
-        if self.writer.mode == "append" and _whole_object(self.buffer) is not None:
-            data, self.buffer = self.buffer, b""
-            changed = self._encode_lines(data, self.offset)
-        self.writer.sync()
-        return changed
-
-    def release(self) -> set[str]:
-        """The last close: whatever is left is encoded or reported (a
-        release cannot fail a system call any more)."""
-        changed: set[str] = set()
-        try:
-            if self.writer.mode == "append" and self.buffer.strip():
-                data, self.buffer = self.buffer, b""
-                changed = self._encode_lines(data, self.offset)
-            elif self.writer.mode == "replace" and self.buffer.strip() and not self.applied:
-                self._refuse("the written document is not one whole JSON object", self.offset)
-        except BadRecord:
-            pass  # already in the log and _errors.jsonl
-        self.writer.sync()
-        # the index catches up with everything this handle wrote, once
-        return (changed | self.tree.refresh(force=True)) if self.written else changed
-
-    def _refuse_if_not_an_object(self, text: bytes, offset: int) -> None:
-        head = text.lstrip()[:1]
-        if head and head != b"{":
-            self._refuse("expected a JSON object", offset)
-
-    def _refuse(self, reason: str, offset: int) -> None:
-        self.tree.record_write_error(self.path, offset, reason)
-        raise BadRecord(reason)
-
-    def _encode_lines(self, data: bytes, offset: int) -> set[str]:
-        try:
-            records = parse_lines(data)
-        except ValueError as exc:
-            self._refuse(str(exc), offset)
-        return self._encode(records, offset) if records else set()
-
-    def _encode(self, records: list[Record], offset: int) -> set[str]:
-        # one writer at a time per source, across threads and across fmtfs
-        # processes: the native formats each assume a single producer
-        with self.tree.write_lock, _source_lock(self.tree.format.source):
-            try:
-                self.writer.write(records)
-            except BadRecord as exc:
-                self._refuse(str(exc), offset)
-        self.tree.wrote()
-        self.written = True
-        return {self.path}
-
-
-@contextmanager
-def _source_lock(source: Path):
-    """An exclusive flock on the source folder (a single-file source's
-    folder: a format may lock the file itself, and a second flock on it
-    through another descriptor would wait for ever)."""
-    fd = os.open(source if source.is_dir() else source.parent, os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-def _whole_object(text: bytes) -> Record | None:
-    """`text` as one JSON object, or None while it is not (yet) one."""
-    if not text.strip():
-        return None
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
 
 
 class SourceTree:

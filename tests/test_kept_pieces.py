@@ -23,7 +23,8 @@ from fmtfs.mountoptions import expand_options
 from fmtfs.render import render_chunk
 from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
 from fmtfs.samples.wallaby import START_NS
-from fmtfs.views import IndexedFile, SourceTree
+from fmtfs.treefiles import IndexedFile
+from fmtfs.views import SourceTree
 from tests.mounting import decode_workers, fmtfs, mounted
 from tests.test_read_path import reads_at_once
 

@@ -15,7 +15,8 @@ import pytest
 from fmtfs.formats import open_source
 from fmtfs.formats.wallaby import WallabyWriter
 from fmtfs.samples.wallaby import START_NS, generate
-from fmtfs.views import LOOK_ON_CALLER_MAX, IndexedFile, SourceTree
+from fmtfs.treefiles import IndexedFile
+from fmtfs.views import LOOK_ON_CALLER_MAX, SourceTree
 from tests.mounting import bytes_served, fmtfs, mounted, unmount
 
 RECORDS = "events.log/records.jsonl"
@@ -205,7 +206,7 @@ def test_a_reader_going_forward_keeps_the_workers_decoding_ahead(many_chunks: Pa
 
 
 def test_a_whole_file_view_is_read_from_memory_once_rendered() -> None:
-    from fmtfs.views import BytesFile
+    from fmtfs.treefiles import BytesFile
 
     renders: list[int] = []
     view = BytesFile(lambda: renders.append(1) or b'{"a":1}\n{"a":2}\n', "id")

@@ -441,7 +441,7 @@ def test_a_tree_that_rendered_a_derived_view_is_not_kept(tmp_path: Path) -> None
     its JSON): a worker does not keep a tree that rendered one for its next
     query, it opens a new one."""
     from fmtfs.spark.source import tree_for
-    from fmtfs.views import BytesFile
+    from fmtfs.treefiles import BytesFile
 
     opts = {"path": str(_source("sample", "gvfs", tmp_path / "src")), "format": "gvfs"}
     opts["cachedir"] = str(tmp_path / "c")

@@ -9,7 +9,8 @@ from pathlib import Path
 from fmtfs.formats import open_source
 from fmtfs.samples.wallaby import generate
 from fmtfs.spill import SpilledPieces
-from fmtfs.views import IndexedFile, SourceTree
+from fmtfs.treefiles import IndexedFile
+from fmtfs.views import SourceTree
 from tests.mounting import fmtfs
 
 RECORDS = "events.log/records.jsonl"

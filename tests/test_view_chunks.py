@@ -12,7 +12,8 @@ import pytest
 from fmtfs.formats import open_source
 from fmtfs.samples import beats, wallaby
 from fmtfs.shape import parse_time
-from fmtfs.views import IndexedFile, SlicedFile, SourceTree
+from fmtfs.treefiles import IndexedFile, SlicedFile
+from fmtfs.views import SourceTree
 
 RECORDS = "events.log/records.jsonl"
 

@@ -25,14 +25,14 @@ from typing import Any
 
 def is_chunked(file) -> bool:
     """Whether a view file is served from the chunk index (has chunks())."""
-    from fmtfs.views import IndexedFile, SlicedFile
+    from fmtfs.treefiles import IndexedFile, SlicedFile
 
     return isinstance(file, (IndexedFile, SlicedFile))
 
 
 def _indexed_part(file, chunk):
     """The indexed view file `chunk` is of (a part of a sliced view)."""
-    from fmtfs.views import SlicedFile
+    from fmtfs.treefiles import SlicedFile
 
     if isinstance(file, SlicedFile):
         return next(f for f, _ in file.parts if f.stream.name == chunk.stream and f.view == chunk.view)

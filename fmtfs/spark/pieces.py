@@ -111,7 +111,7 @@ def rendered_view(opts: Options, store: str | None, view: str, schema: pa.Schema
     if not store or not os.path.exists(store):
         return None
     from fmtfs.spark.source import tree_for
-    from fmtfs.views import BytesFile
+    from fmtfs.treefiles import BytesFile
 
     file = tree_for(opts).files.get(view)
     # its bytes, the compressed pieces (fmtfs.pieces) of a big one joined

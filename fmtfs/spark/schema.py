@@ -323,7 +323,7 @@ def _derived_type(file) -> pa.DataType:
     """A derived view's records' type: from its bytes (the index keeps them:
     gvfs metadata.jsonl, 3.6 MB in 0.05 s instead of 0.13 s) where
     lines_type can tell, else from its records."""
-    from fmtfs.views import BytesFile
+    from fmtfs.treefiles import BytesFile
 
     if isinstance(file, BytesFile):
         size = file.size()

@@ -95,7 +95,7 @@ def tree_for(opts: Options):
 
 
 def _holds_rendered_views(tree) -> bool:
-    from fmtfs.views import BytesFile
+    from fmtfs.treefiles import BytesFile
 
     return any(isinstance(f, BytesFile) and f.size_known() for f in tree.files.values())
 

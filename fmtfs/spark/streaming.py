@@ -37,7 +37,7 @@ Offset = dict[str, int]
 def followed_files(tree, view: str) -> dict:
     """The stream views `view` names, by stream name, in the source's
     stream order: views that grow by appending (a stream's own view)."""
-    from fmtfs.views import IndexedFile
+    from fmtfs.treefiles import IndexedFile
 
     views = set(view_files(tree, view))
     for path in views:
