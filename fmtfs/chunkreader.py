@@ -15,8 +15,10 @@ sequential reader finds the next chunks rendered and every core decodes;
 a reader of a rendered chunk sends the next ones, so the workers never wait
 for it.  Workers render the reader's view only (a Beats chunk also feeds
 its hour buckets: rendering, sending and caching those made a `cat` of the
-segments pay for twice its bytes); what they return lands in the same LRU,
-bounded in bytes.  Until the workers are up, a reader decodes in process.
+segments pay for twice its bytes); they append what they render to the
+mount's spill file (fmtfs.spill) and say where, and readers slice it from
+there (or, without a spill file, the bytes land in the LRU, bounded in
+bytes).  Until the workers are up, a reader decodes in process.
 A piece the index's scan kept (fmtfs.keptpieces) is read back from the
 store instead of decoded."""
 
@@ -35,7 +37,7 @@ from fmtfs.entries import ChunkMeta, StreamEntry
 from fmtfs.formats.base import Chunk, State
 from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import render_chunk
-from fmtfs.spill import SpilledPieces
+from fmtfs.spill import Spilled, SpilledPieces
 
 log = logging.getLogger("fmtfs")
 
@@ -109,25 +111,33 @@ class ChunkReader:
         """Bytes [start, end) of a chunk's piece: from the LRU, else the
         spill file (only those bytes), else rendered."""
         data = self._slice_in_memory(entry, view, seq, start, end)
-        if data is None and self.rendered.spill is not None:
-            data = self.rendered.spill.get((*self._chunk_key(entry, seq), view), start, end)
+        spill = self.rendered.spill
+        if data is None and spill is not None:
+            data = spill.get((*self._chunk_key(entry, seq), view), start, end)
         if data is None:
-            data = self.piece(entry, view, seq)[start:end]
+            found = self._piece(entry, view, seq)
+            if isinstance(found, bytes):
+                data = found[start:end]
+            else:  # a worker's, in the spill file: only the bytes asked for
+                assert spill is not None
+                data = spill.read(found, start, end)
         return data
 
     def _slice_in_memory(self, entry: StreamEntry, view: str, seq: int, start: int, end: int) -> bytes | None:
         key = (*self._chunk_key(entry, seq), view)
         data = self.rendered.in_memory(key)
-        if data is None:
-            # a piece evicted to the spill file, its pages still cached: a hole
-            # in a kept view read again (nothing to decode ahead for it)
-            spill = self.rendered.spill
-            return spill.get_cached(key, start, end) if spill is not None else None
-        if self.pool is not None and self.pool.ready:
+        if data is not None:
+            data = data[start:end]
+        elif self.rendered.spill is not None:
+            # in the spill file with its pages cached: the workers' pieces,
+            # and those the LRU evicted (a hole in a view read again)
+            data = self.rendered.spill.get_cached(key, start, end)
+        if data is not None and self.pool is not None and self.pool.ready:
             # keep the workers busy: a reader going forward finds the next
             # chunks decoded, instead of waiting at every 2 x workers chunks
+            # (nothing is sent for chunks rendered or kept already)
             self._decode_ahead(entry, seq + 1, view, wait=False)
-        return data[start:end]
+        return data
 
     @staticmethod
     def _chunk_key(entry: StreamEntry, seq: int) -> tuple:
@@ -136,6 +146,15 @@ class ChunkReader:
         return (entry.stream.name, entry.identity.inode, meta.start, meta.end)
 
     def piece(self, entry: StreamEntry, view: str, seq: int) -> bytes:
+        """The chunk's rendered lines of `view`, all of them."""
+        found = self._piece(entry, view, seq)
+        if isinstance(found, bytes):
+            return found
+        assert self.rendered.spill is not None  # workers append only where there is one
+        return self.rendered.spill.read(found)
+
+    def _piece(self, entry: StreamEntry, view: str, seq: int) -> bytes | Spilled:
+        """piece(), or where a worker appended it in the spill file."""
         meta = entry.chunks[seq]
         chunk_key = self._chunk_key(entry, seq)
         data = self.rendered.get((*chunk_key, view))
@@ -264,13 +283,19 @@ class ChunkReader:
     def _pool_submit(self, key: tuple, state: State) -> Future:
         assert self.pool is not None
         name, _, start, end, view = key
-        return self.pool.submit(name, start, end, state, view)
+        spill = self.rendered.spill
+        return self.pool.submit(name, start, end, state, view, spill.for_workers if spill else None)
 
     def _landed(self, key: tuple, future: Future) -> None:
-        """A worker's piece (key: chunk key + view) into the LRU."""
+        """A worker's piece (key: chunk key + view) into the LRU, or where
+        the worker appended it to the spill file."""
         if not future.cancelled() and future.exception() is None:
             for view, data in future.result().items():
-                self.rendered.put((*key[:4], view), data)
+                if isinstance(data, bytes):
+                    self.rendered.put((*key[:4], view), data)
+                else:
+                    assert self.rendered.spill is not None
+                    self.rendered.spill.record((*key[:4], view), data)
         with self._flights_lock:
             self._pending.pop(key, None)
 

@@ -4,7 +4,9 @@ streams for a first index.
 
 Each worker opens the format itself from (source, format name, options), as
 Spark's executors do, and is sent only (stream name, chunk start, end,
-state, view); it returns the rendered bytes of that view.  A scan
+state, view); it returns the rendered bytes of that view, or, given the
+mount's scratch file of rendered pieces, appends them there and returns
+where they went (fmtfs.spill: the bytes do not travel back).  A scan
 (fmtfs.scanning) is sent (stream name, range) and returns the range's
 chunk table; its progress travels back chunk by chunk on a queue the
 workers inherit.  The rendered pieces a scan keeps (fmtfs.keptpieces) the
@@ -40,6 +42,7 @@ from fmtfs.formats.base import Chunk, Format, State, Stream
 from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, ScanRange, scan_range
+from fmtfs.spill import SpillAppender, Spilled
 
 # scans a job in the calling process: (job key, tick) -> what scan_all returns for it
 ScanHere = Callable[[Any, Callable[[], None]], "Scanned | BaseException"]
@@ -49,6 +52,7 @@ _format: Format | None = None
 _streams: dict[str, Stream] = {}
 _progress: Any = None
 _stores: dict[Path, KeptPieces] = {}  # stores of kept pieces, by path
+_spills: dict[str, SpillAppender | None] = {}  # scratch files of rendered pieces, by path (None: unusable)
 
 
 def _open(
@@ -119,8 +123,28 @@ def worker_stream(name: str) -> Stream:
     return _stream(name)
 
 
-def _render_chunk(name: str, start: int, end: int, state: State, view: str | None) -> dict[str, bytes]:
-    return render_chunk(_stream(name), Chunk(start, end, state, {}), view)
+def _render_chunk(
+    name: str, start: int, end: int, state: State, view: str | None, spill: tuple[str, int] | None
+) -> dict[str, bytes | Spilled]:
+    rendered: dict[str, bytes | Spilled] = {}
+    rendered.update(render_chunk(_stream(name), Chunk(start, end, state, {}), view))
+    appender = _spill_appender(*spill) if spill is not None else None
+    if appender is not None:
+        for each, data in rendered.items():
+            if data:  # at the file's limit: the bytes themselves
+                rendered[each] = appender.append(data) or data
+    return rendered
+
+
+def _spill_appender(path: str, limit: int) -> SpillAppender | None:
+    """This worker's appending end of the scratch file at `path`, opened once;
+    None if it cannot be opened (the pieces then travel back as bytes)."""
+    if path not in _spills:
+        try:
+            _spills[path] = SpillAppender(path, limit)
+        except OSError:
+            _spills[path] = None
+    return _spills[path]
 
 
 def _scan(name: str, part: ScanRange, keep: tuple[Path, int] | None, keep_last: bool) -> Scanned:
@@ -217,10 +241,18 @@ class DecodePool:
         return self._submit(fn, *args)
 
     def submit(
-        self, stream: str, start: int, end: int, state: State, view: str | None = None
-    ) -> Future[dict[str, bytes]]:
-        """A chunk's rendered bytes of `view` (None: of every view it feeds)."""
-        return self._submit(_render_chunk, stream, start, end, state, view)
+        self,
+        stream: str,
+        start: int,
+        end: int,
+        state: State,
+        view: str | None = None,
+        spill: tuple[str, int] | None = None,
+    ) -> Future[dict[str, bytes | Spilled]]:
+        """A chunk's rendered bytes of `view` (None: of every view it feeds);
+        with `spill` (a scratch file's shared path and limit: SpilledPieces),
+        appended to that file, and where each went instead of the bytes."""
+        return self._submit(_render_chunk, stream, start, end, state, view, spill)
 
     @property
     def started(self) -> bool:

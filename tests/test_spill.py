@@ -4,11 +4,13 @@ them again is a read of the scratch file, not a chunk decode."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 from fmtfs.formats import open_source
 from fmtfs.samples.wallaby import generate
-from fmtfs.spill import SpilledPieces
+from fmtfs.spill import SpillAppender, Spilled, SpilledPieces
 from fmtfs.treefiles import IndexedFile
 from fmtfs.views import SourceTree
 from tests.mounting import fmtfs
@@ -93,3 +95,68 @@ def test_a_reread_finds_evicted_pieces_without_a_thread(tmp_path: Path) -> None:
     second = b"".join(view.read_in_memory(offset, STEP) or b"?" for offset in range(0, view.size(), STEP))
     tree.close()
     assert second == first
+
+
+def test_pieces_another_process_appends_never_overlap_this_ones(tmp_path: Path) -> None:
+    """A decode worker appends to the mount's scratch file by its shared
+    path (SpillAppender) while the mount appends its own evicted pieces:
+    each lands whole where its writer was told."""
+    spill = SpilledPieces(tmp_path)
+    spill.put(("s", 1, 0, 3, "v"), b"own")
+    appended = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from fmtfs.spill import SpillAppender;"
+            "a = SpillAppender(sys.argv[1], int(sys.argv[2]));"
+            "print(*a.append(b'worker piece'))",
+            *map(str, spill.for_workers),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    where = Spilled(*map(int, appended))
+    spill.put(("s", 1, 3, 6, "v"), b"next")
+    spill.record(("s", 1, 6, 9, "v"), where)
+    assert where == Spilled(3, 12)
+    assert spill.get(("s", 1, 0, 3, "v")) == b"own"
+    assert spill.get(("s", 1, 6, 9, "v")) == b"worker piece"
+    assert spill.get(("s", 1, 3, 6, "v")) == b"next"
+    assert spill.read(where, 7) == b"piece"
+    spill.close()
+
+
+def test_an_appender_at_the_limit_keeps_nothing(tmp_path: Path) -> None:
+    spill = SpilledPieces(tmp_path, limit=8)
+    appender = SpillAppender(*spill.for_workers)
+    assert appender.append(b"12345") == Spilled(0, 5)
+    assert appender.append(b"6789") is None  # 9 bytes > 8: the caller keeps them
+    appender.close()
+    spill.close()
+
+
+def test_a_mounts_workers_send_back_where_their_pieces_went_not_the_bytes(tmp_path: Path) -> None:
+    """Pieces decoded by the mount's workers are read from the spill file:
+    none passes through the in-memory LRU, and the bytes are `fmtfs cat`'s."""
+    source = tmp_path / "src"
+    source.mkdir()
+    generate(source, 40_000)
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache", keep_limit=0)
+    tree.decode_in_workers()
+    reader = tree.index.reader
+    assert reader.pool is not None
+    reader.pool.wait_ready()  # else the first chunk is decoded in process
+    view = tree.file(RECORDS)
+    assert isinstance(view, IndexedFile)
+    try:
+        read = _read_all(view)
+        pieces = view.entry.views[RECORDS]
+        keys = [(*reader._chunk_key(view.entry, seq), RECORDS) for seq in pieces.seqs]
+        assert len(keys) >= 4
+        assert reader.rendered.spill is not None
+        assert all(key in reader.rendered.spill for key in keys)
+        assert not any(reader.rendered.in_memory(key) for key in keys)
+    finally:
+        tree.close()
+    assert read == fmtfs("cat", source, RECORDS, "--cache-dir", tmp_path / "cli").stdout
