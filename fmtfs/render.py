@@ -60,18 +60,24 @@ class _Rendered:
         self.data = bytes(buffer)
         self.ends = ends
         self._at: dict[int, int] | None = None  # id(record) -> its index, made when first needed
+        self._next = 0  # where the last run found ended: the next run starts there, mostly
 
     def run_of(self, records: list[Record]) -> bytes | None:
         """The bytes of `records` if they are a run of this view's very records."""
         if not records:
             return b""
-        if self._at is None:
-            self._at = {id(record): i for i, record in enumerate(self.records)}
-        i = self._at.get(id(records[0]))
-        if i is None or i + len(records) > len(self.records):
+        i = self._next
+        # runs come in order (time buckets of time-ordered records): the
+        # index of every record is built only when one does not
+        if i >= len(self.records) or self.records[i] is not records[0]:
+            if self._at is None:
+                self._at = {id(record): i for i, record in enumerate(self.records)}
+            i = self._at.get(id(records[0]), -1)
+        if i < 0 or i + len(records) > len(self.records):
             return None
         if not all(map(operator.is_, self.records[i : i + len(records)], records)):
             return None
+        self._next = i + len(records)
         if i == 0 and len(records) == len(self.records):
             return self.data
         return self.data[self.ends[i - 1] if i else 0 : self.ends[i + len(records) - 1]]

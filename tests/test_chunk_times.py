@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fmtfs.formats.base import Chunk
 from fmtfs.formats.gvfs.format import GvfsFormat
-from fmtfs.formats.timerange import native_range
+from fmtfs.formats.timerange import bucket_views, native_range, text_range
 from fmtfs.formats.wallaby import WallabyLog, WallabyWriter
 from fmtfs.shape import parse_time
 
@@ -50,3 +50,37 @@ def test_a_time_beyond_the_index_range_gives_no_range() -> None:
     assert native_range([3, -(1 << 63)], "ns") == (-(1 << 63), 3)
     assert native_range([0, 10**10], "s") is None  # past 2262: not int64 nanoseconds
     assert native_range([], "ms") is None
+
+
+def _timed(texts: list[object]) -> list[dict]:
+    return [{"n": i, "t": text} for i, text in enumerate(texts)]
+
+
+def test_a_chunk_within_one_hour_is_that_buckets_whole() -> None:
+    records = _timed(["2024-05-01T10:00:00.000Z", "2024-05-01T10:59:59.999Z", "2024-05-01T10:30:00.000Z"])
+    views = bucket_views(records, "t", "ms", "hour", "b")
+    assert views == {"b/2024-05-01T10.jsonl": records}
+    assert views["b/2024-05-01T10.jsonl"] is not records  # a list of its own, as every bucket's
+
+
+def test_records_are_bucketed_in_order_whether_or_not_time_goes_back() -> None:
+    texts = ["2024-05-01T10:00:00.000Z", "2024-05-01T11:00:00.000Z", "2024-05-01T10:10:00.000Z"]
+    texts += [12345, "not a time", None, "2024-05-01T12:00:00.000Z", "2024-05-01T11:30:00.000Z"]
+    records = _timed(texts)
+    views = bucket_views(records, "t", "ms", "hour", "b")
+    assert list(views) == ["b/2024-05-01T10.jsonl", "b/2024-05-01T11.jsonl", "b/2024-05-01T12.jsonl"]
+    assert [[r["n"] for r in bucket] for bucket in views.values()] == [[0, 2], [1, 7], [6]]
+    # one malformed time among times of one hour: the others are still that hour's
+    assert bucket_views(_timed(["2024-05-01T10:00:00.000Z", "x"]), "t", "ms", "hour", "b") == {
+        "b/2024-05-01T10.jsonl": _timed(["2024-05-01T10:00:00.000Z"])
+    }
+
+
+def test_a_time_range_skips_missing_times_and_refuses_mixed_ones() -> None:
+    assert (
+        text_range(["2024-05-01T10:00:00.000Z", None], "ms")
+        == (parse_time("2024-05-01T10:00:00.000Z", "ns"),) * 2
+    )
+    assert text_range(iter(["2024-05-01T10:00:00.000Z"]), "ms") is not None
+    assert text_range([None, None], "ms") is None
+    assert text_range(["2024-05-01T10:00:00.000Z", 5], "ms") is None

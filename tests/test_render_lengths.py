@@ -97,3 +97,14 @@ def test_views_are_each_their_own_records_dumped_whether_runs_or_not():
     rendered = render_views(views)
     assert rendered == {view: _dumped(recs) for view, recs in views.items()}
     assert rendered["whole.jsonl"] is rendered["s.jsonl"]  # kept once by a store of kept pieces
+
+
+def test_runs_that_follow_each_other_are_slices_of_the_first_view() -> None:
+    """Time buckets of time-ordered records come as runs in order, found
+    without an index of every record; a run out of order still is one."""
+    records = _records(30)
+    views = {"s.jsonl": records, "a.jsonl": records[:10], "b.jsonl": records[10:25], "c.jsonl": records[25:]}
+    views["again.jsonl"] = records[10:25]  # back to an earlier run
+    rendered = render_views(views)
+    assert rendered == {view: _dumped(recs) for view, recs in views.items()}
+    assert b"".join(rendered[v] for v in ("a.jsonl", "b.jsonl", "c.jsonl")) == rendered["s.jsonl"]

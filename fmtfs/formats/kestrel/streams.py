@@ -6,6 +6,7 @@ import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
+from operator import itemgetter
 from typing import Any
 
 from fmtfs.formats.base import Chunk, Problem, Record, State, Stream, boundary
@@ -155,7 +156,7 @@ class WriterStream(_ChunkedStream):
         return views
 
     def _times(self, records: list[Record]) -> tuple[int, int] | None:
-        return text_range((r[TIME_KEY] for r in records), "ms")
+        return text_range(list(map(itemgetter(TIME_KEY), records)), "ms")
 
     def _first(self, buf) -> int:
         check_magic(buf, WRITER_MAGIC, "journal")
