@@ -35,6 +35,7 @@ SPARK_FIGURES = {
     "data_source",
     "data_source_again",
     "data_source_unkept",
+    "python_ds_floor",
     "time_filter",
     "spark_parquet",
 }
@@ -88,6 +89,7 @@ def test_help_names_every_figure() -> None:
         "spark_glob",
         "data_source",
         "python_ds_start",
+        "python_ds_floor",
         "time_filter",
     }
     for name in documented:
