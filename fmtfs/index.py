@@ -277,7 +277,8 @@ class Index:
         worker could not finish is done again in this process.  Given
         `meanwhile`, scans in more than one range start the workers at
         once and run it while they scan (DecodePool.scan_all); it is not
-        run if nothing is scanned in the pool."""
+        run if nothing is scanned in the pool, as for scans of less than a
+        range in all (MIN_RANGE_BYTES), which always run here."""
         with self.lock:
             jobs: dict[int, _ScanJob] = {}
             results: list[tuple[StreamEntry, bool] | Exception | None] = []
@@ -294,7 +295,10 @@ class Index:
             to_scan = sum(job.identity.size - (job.start or 0) for job in jobs.values())
             scanned: dict[int, Scanned | BaseException] = {}
             failed_here: set[int] = set()  # streams this process saw a scan of fail: not run again
-            if pool is not None and jobs:
+            # a scan of less than a range is over before workers would be up
+            # (gvfs journals: a first mount is then its imports, which forked
+            # workers only contend with)
+            if pool is not None and jobs and to_scan >= MIN_RANGE_BYTES:
                 if to_scan >= parallel_bytes:
                     _start_workers(pool)  # they start while the streams are cut
                 every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)

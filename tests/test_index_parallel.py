@@ -19,7 +19,7 @@ from fmtfs.formats import open_source
 from fmtfs.formats.base import Format, Stream
 from fmtfs.formats.beats.stream import SegmentStream
 from fmtfs.formats.wallaby import WallabyWriter
-from fmtfs.index import Index
+from fmtfs.index import MIN_RANGE_BYTES, Index
 from fmtfs.samples import beats, proio, wallaby
 from fmtfs.views import SourceTree
 from tests.mounting import fmtfs, mounted
@@ -146,6 +146,27 @@ def test_meanwhile_is_not_run_when_nothing_is_scanned_in_the_pool(
         fmt.streams(), None, pool, meanwhile=lambda: calls.append(1)
     )
     assert calls == []  # indexed already: no scan, nothing beside it
+
+
+def test_a_scan_smaller_than_a_range_starts_no_worker(tmp_path: Path) -> None:
+    """Workers would be up after such a scan is over (a gvfs store's
+    journals): it runs here, and `meanwhile` is left to the caller."""
+    source = tmp_path / "src"
+    source.mkdir()
+    wallaby.generate(source, 300)
+    fmt = open_source(source, "wallaby", {})
+    assert sum(s.path.stat().st_size for s in fmt.streams()) < MIN_RANGE_BYTES
+    serial, _ = index(tmp_path / "serial", fmt.streams())
+    pool = DecodePool(fmt, 2)
+    calls: list[int] = []
+    try:
+        found = Index(tmp_path / "cache", "test", "v1").update_all(
+            fmt.streams(), None, pool, parallel_bytes=0, meanwhile=lambda: calls.append(1)
+        )
+        assert not pool.started and calls == []
+    finally:
+        pool.close()
+    assert [table(entry) for entry, _ in found] == serial
 
 
 def test_grown_streams_are_resumed_in_the_workers(tmp_path: Path) -> None:
