@@ -12,7 +12,7 @@ subprocesses, every format's figures without Spark first, then the Spark
 ones (the JVM stays up once started):
 
   first_mount    index build rate (`fmtfs mount`, empty cache)  vs  the plain decode+render loop
-                 (each the best of 3, the two taken in turn)
+                 (each the best of 5, the two taken in turn)
   cold_cat       `cat` of every record view over a fresh mount  vs  the plain decode+render loop
                  (the best of 2 mounts)
                  (the pieces the first mount's scan rendered are kept: read back, not decoded;
@@ -387,7 +387,10 @@ def fmtfs_single_thread(fmt_name: str, source: Path, views: tuple[str, ...]) -> 
 # -- figures ---------------------------------------------------------------------
 
 
-FIRST_MOUNTS = 3  # first mounts timed, each over an empty cache, of which the best counts
+# first mounts timed, each over an empty cache, of which the best counts (as
+# the baseline's best of FIRST_MOUNTS + 1 runs does): a mount, three
+# processes on two vCPUs, varies by 20-30 % from one to the next here
+FIRST_MOUNTS = 5
 
 
 def figure_first_mount(run: FormatRun) -> list[Figure]:
