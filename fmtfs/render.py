@@ -71,7 +71,7 @@ class _Rendered:
         # index of every record is built only when one does not
         if i >= len(self.records) or self.records[i] is not records[0]:
             if self._at is None:
-                self._at = {id(record): i for i, record in enumerate(self.records)}
+                self._at = {id(record): n for n, record in enumerate(self.records)}
             i = self._at.get(id(records[0]), -1)
         if i < 0 or i + len(records) > len(self.records):
             return None

@@ -91,7 +91,7 @@ def bucket_views(
                 if bucket is None:
                     bucket = buckets[prefix] = []
             bucket.append(record)
-    return {f"{folder}/{prefix}.jsonl": bucket for prefix, bucket in buckets.items()}
+    return {f"{folder}/{name}.jsonl": members for name, members in buckets.items()}
 
 
 def _one_bucket(records: list[Record], key: str, width: int, cut: int) -> str | None:
