@@ -74,7 +74,8 @@ def bucket_views(
     in no bucket."""
     cut = BUCKET_PREFIX[time_bucket]
     width = TEXT_WIDTH[unit]
-    whole = _one_bucket(records, key, width, cut)
+    texts = [record.get(key) for record in records]  # taken once, for both ways below
+    whole = _one_bucket(texts, width, cut)
     if whole is not None:  # the common chunk: all of it in one bucket, told at C speed
         return {f"{folder}/{whole}.jsonl": records[:]}
     buckets: dict[str, list[Record]] = {}  # bucket prefix -> its records
@@ -82,8 +83,7 @@ def bucket_views(
     # most records are in their predecessor's, which `startswith` tells
     # without a new string per record (a third of this loop's time)
     prefix, bucket = "", None
-    for record in records:
-        text = record.get(key)
+    for record, text in zip(records, texts, strict=True):
         if type(text) is str and len(text) == width:
             if bucket is None or not text.startswith(prefix):
                 prefix = text[:cut]
@@ -94,10 +94,9 @@ def bucket_views(
     return {f"{folder}/{name}.jsonl": members for name, members in buckets.items()}
 
 
-def _one_bucket(records: list[Record], key: str, width: int, cut: int) -> str | None:
-    """The bucket prefix of every record's `key` time when they all have a
-    well-formed one of one bucket (their earliest and latest share it), else None."""
-    texts = [record.get(key) for record in records]
+def _one_bucket(texts: list[object], width: int, cut: int) -> str | None:
+    """The bucket prefix of every time text when they are all well-formed
+    and of one bucket (their earliest and latest share it), else None."""
     if not texts or set(map(type, texts)) != {str} or set(map(len, texts)) != {width}:
         return None
     low, high = min(texts), max(texts)
