@@ -23,6 +23,10 @@ class RenderedChunks:
         self.capacity = capacity
         self.used = 0
         self.items: OrderedDict[tuple, bytes] = OrderedDict()
+        # pieces read back from the store of kept pieces: evicted, they are
+        # dropped, not spilled (a second read decompresses them again, at
+        # 2-4 GB/s; spilling wrote every piece of a 1 GB `cat` to disk)
+        self.unspilled: set[tuple] = set()
         self.lock = threading.Lock()
         self.spill: SpilledPieces | None = None  # where evicted pieces go (the mount sets it)
 
@@ -47,16 +51,24 @@ class RenderedChunks:
                 return True
         return self.spill is not None and key in self.spill
 
-    def put(self, key: tuple, data: bytes) -> None:
+    def put(self, key: tuple, data: bytes, spill: bool = True) -> None:
+        """Cache `data` as `key`'s piece; `spill` False: never to the spill
+        file (a piece the caller can have again cheaply)."""
         evicted = []
         with self.lock:
             if key in self.items:
                 return
             self.items[key] = data
             self.used += len(data)
+            if not spill:
+                self.unspilled.add(key)
             while self.used > self.capacity and len(self.items) > 1:
-                evicted.append(self.items.popitem(last=False))
-                self.used -= len(evicted[-1][1])
+                old_key, old = self.items.popitem(last=False)
+                self.used -= len(old)
+                if old_key in self.unspilled:
+                    self.unspilled.discard(old_key)
+                else:
+                    evicted.append((old_key, old))
         if self.spill is not None:
             for old_key, old in evicted:
                 self.spill.put(old_key, old)
@@ -65,6 +77,7 @@ class RenderedChunks:
         with self.lock:
             for key in [k for k in self.items if k[0] == name]:
                 self.used -= len(self.items.pop(key))
+                self.unspilled.discard(key)
         if self.spill is not None:
             self.spill.drop_stream(name)
 

@@ -216,9 +216,9 @@ class ChunkReader:
             flight.set()
 
     def _from_kept(self, entry: StreamEntry, view: str, seq: int, chunk_key: tuple) -> bytes | None:
-        """The piece from the store of kept pieces (into the LRU: a reader
-        asks for the rest of it next), or None; read and decompressed once
-        however many readers ask at a time."""
+        """The piece from the store of kept pieces (into the LRU, not the
+        spill file: a reader asks for the rest of it next), or None; read
+        and decompressed once however many readers ask at a time."""
         kept = entry.kept.get((view, seq))
         store = self.kept
         if kept is None or store is None:
@@ -228,7 +228,7 @@ class ChunkReader:
         def read() -> bytes | None:
             data = store.get(kept)
             if data is not None:
-                self.rendered.put(key, data)
+                self.rendered.put(key, data, spill=False)
             return data
 
         return self._once(self._kept_flights, key, lambda: self.rendered.get(key), read)
