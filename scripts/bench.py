@@ -440,6 +440,10 @@ def figure_cat(run: FormatRun) -> list[Figure]:
     decoded, on every core (cold_cat_decoding)."""
     mnt = run.scratch / "mnt"
     plain = run.fresh("plain-views")
+    # the index and its kept pieces built first (figure_first_mount did, if
+    # it ran): built by the mount that keeps none, the index has none to read
+    with mounted(run.source, mnt, run.scratch / "cache"):
+        pass
     decoding, rss_decoding = cold_cats(run, mnt, "--rendered-cache", "off")
     cold, rss = cold_cats(run, mnt)
     with mounted(run.source, mnt, run.scratch / "cache"):
