@@ -8,7 +8,7 @@ from pathlib import Path
 
 from fmtfs.formats.base import Chunk
 from fmtfs.formats.gvfs.format import GvfsFormat
-from fmtfs.formats.timerange import bucket_views, native_range, text_range
+from fmtfs.formats.timerange import bucket_views, native_range, text_range, timed_bucket_views
 from fmtfs.formats.wallaby import WallabyLog, WallabyWriter
 from fmtfs.shape import parse_time
 
@@ -84,3 +84,29 @@ def test_a_time_range_skips_missing_times_and_refuses_mixed_ones() -> None:
     assert text_range(iter(["2024-05-01T10:00:00.000Z"]), "ms") is not None
     assert text_range([None, None], "ms") is None
     assert text_range(["2024-05-01T10:00:00.000Z", 5], "ms") is None
+
+
+def test_a_scans_buckets_and_range_at_once_are_the_two_taken_apart() -> None:
+    one_hour = ["2024-05-01T10:00:00.000Z", "2024-05-01T10:20:00.000Z"]
+    spread = ["2024-05-01T11:00:00.000Z", None, "2024-05-01T09:00:00.000Z", "2024-05-01T10:00:00.000Z"]
+    for texts in (one_hour, spread, [*one_hour, "not a time"], [None], []):
+        records = _timed(texts)
+        views, times = timed_bucket_views(records, "t", "ms", "hour", "b")
+        assert views == bucket_views(records, "t", "ms", "hour", "b")
+        assert times == text_range(texts, "ms")
+    assert timed_bucket_views(_timed(spread), "t", "ms", "hour", "b")[1] == (
+        parse_time("2024-05-01T09:00:00.000Z", "ns"),
+        parse_time("2024-05-01T11:00:00.000Z", "ns"),
+    )
+
+
+def test_a_kestrel_scan_gives_each_chunk_its_buckets_and_time_range(tmp_path: Path) -> None:
+    from fmtfs.formats import open_source
+    from fmtfs.samples.kestrel import generate
+
+    generate(tmp_path, 3000)
+    (stream, *_) = [s for s in open_source(tmp_path, None, {}).streams() if s.time_field]
+    for chunk in chunks(stream):
+        times = [parse_time(r["add_time"], "ns") for r in chunk.records[stream.view]]
+        assert chunk.times == (min(times), max(times))
+        assert chunk.records == stream.decode(chunk)  # the same views a read decodes

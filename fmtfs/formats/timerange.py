@@ -72,9 +72,24 @@ def bucket_views(
     """`records` grouped into `<folder>/<bucket>.jsonl` by the bucket of their
     `key` time, keeping their order; records without a well-formed time are
     in no bucket."""
-    cut = BUCKET_PREFIX[time_bucket]
-    width = TEXT_WIDTH[unit]
-    texts = [record.get(key) for record in records]  # taken once, for both ways below
+    texts = [record.get(key) for record in records]
+    return _grouped(records, texts, TEXT_WIDTH[unit], BUCKET_PREFIX[time_bucket], folder)
+
+
+def timed_bucket_views(
+    records: list[Record], key: str, unit: str, time_bucket: str, folder: str
+) -> tuple[dict[str, list[Record]], tuple[int, int] | None]:
+    """bucket_views() and the records' text_range() at once: what a scan
+    wants of each chunk, from one pass over the records' time texts."""
+    texts = [record.get(key) for record in records]
+    views = _grouped(records, texts, TEXT_WIDTH[unit], BUCKET_PREFIX[time_bucket], folder)
+    return views, text_range(texts, unit)
+
+
+def _grouped(
+    records: list[Record], texts: list[object], width: int, cut: int, folder: str
+) -> dict[str, list[Record]]:
+    """bucket_views() of `records`, given their time texts."""
     whole = _one_bucket(texts, width, cut)
     if whole is not None:  # the common chunk: all of it in one bucket, told at C speed
         return {f"{folder}/{whole}.jsonl": records[:]}

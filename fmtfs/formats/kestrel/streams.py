@@ -6,7 +6,6 @@ import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
-from operator import itemgetter
 from typing import Any
 
 from fmtfs.formats.base import Chunk, Problem, Record, State, Stream, boundary
@@ -33,7 +32,7 @@ from fmtfs.formats.kestrel.shapes import (
     put_record,
     second_text,
 )
-from fmtfs.formats.timerange import bucket_views, text_range
+from fmtfs.formats.timerange import bucket_views, timed_bucket_views
 from fmtfs.shape import put_data
 
 TIME_KEY = "add_time"
@@ -104,7 +103,8 @@ class _ChunkedStream(Stream):
                 buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped
             )
             if after > pos:
-                yield Chunk(pos, after, {}, self._views(out), times=self._times(out))
+                views, times = self._timed_views(out)
+                yield Chunk(pos, after, {}, views, times=times)
             yield from skipped
             if failure is not None:
                 yield failure
@@ -130,8 +130,9 @@ class _ChunkedStream(Stream):
         """The views a run of records feeds, the stream's own view first."""
         return {self.view: records}
 
-    def _times(self, records: list[Record]) -> tuple[int, int] | None:
-        return None
+    def _timed_views(self, records: list[Record]) -> tuple[dict[str, list[Record]], tuple[int, int] | None]:
+        """_views(), and the run's time range (None: not known) for the index."""
+        return self._views(records), None
 
 
 class WriterStream(_ChunkedStream):
@@ -151,12 +152,12 @@ class WriterStream(_ChunkedStream):
         self.buckets = buckets_folder(wf.queue)
 
     def _views(self, records: list[Record]) -> dict[str, list[Record]]:
-        views = {self.view: records}
-        views.update(bucket_views(records, TIME_KEY, "ms", self.time_bucket, self.buckets))
-        return views
+        return {self.view: records, **bucket_views(records, TIME_KEY, "ms", self.time_bucket, self.buckets)}
 
-    def _times(self, records: list[Record]) -> tuple[int, int] | None:
-        return text_range(list(map(itemgetter(TIME_KEY), records)), "ms")
+    def _timed_views(self, records: list[Record]) -> tuple[dict[str, list[Record]], tuple[int, int] | None]:
+        # the time texts taken once, for the buckets and the range
+        buckets, times = timed_bucket_views(records, TIME_KEY, "ms", self.time_bucket, self.buckets)
+        return {self.view: records, **buckets}, times
 
     def _first(self, buf) -> int:
         check_magic(buf, WRITER_MAGIC, "journal")
