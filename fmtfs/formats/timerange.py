@@ -60,6 +60,12 @@ def text_range(values: Iterable[object], unit: str) -> tuple[int, int] | None:
     width = TEXT_WIDTH[unit]
     if type(low) is not str or type(high) is not str or len(low) != width or len(high) != width:
         return None
+    return _parsed_range(low, high)
+
+
+def _parsed_range(low: str, high: str) -> tuple[int, int] | None:
+    """(earliest, latest) in ns of two time texts of the right width, or
+    None when one is not a time after all."""
     try:
         return parse_time(low, "ns"), parse_time(high, "ns")
     except BadRecord:
@@ -73,7 +79,8 @@ def bucket_views(
     `key` time, keeping their order; records without a well-formed time are
     in no bucket."""
     texts = [record.get(key) for record in records]
-    return _grouped(records, texts, TEXT_WIDTH[unit], BUCKET_PREFIX[time_bucket], folder)
+    width = TEXT_WIDTH[unit]
+    return _grouped(records, texts, _extremes(texts, width), width, BUCKET_PREFIX[time_bucket], folder)
 
 
 def timed_bucket_views(
@@ -82,17 +89,27 @@ def timed_bucket_views(
     """bucket_views() and the records' text_range() at once: what a scan
     wants of each chunk, from one pass over the records' time texts."""
     texts = [record.get(key) for record in records]
-    views = _grouped(records, texts, TEXT_WIDTH[unit], BUCKET_PREFIX[time_bucket], folder)
-    return views, text_range(texts, unit)
+    width = TEXT_WIDTH[unit]
+    extremes = _extremes(texts, width)
+    views = _grouped(records, texts, extremes, width, BUCKET_PREFIX[time_bucket], folder)
+    # every time well-formed (the common chunk): the range is the extremes
+    # the buckets were told by, not a second min() and max() of the texts
+    times = _parsed_range(*extremes) if extremes is not None else text_range(texts, unit)
+    return views, times
 
 
 def _grouped(
-    records: list[Record], texts: list[object], width: int, cut: int, folder: str
+    records: list[Record],
+    texts: list[object],
+    extremes: tuple[str, str] | None,
+    width: int,
+    cut: int,
+    folder: str,
 ) -> dict[str, list[Record]]:
-    """bucket_views() of `records`, given their time texts."""
-    whole = _one_bucket(texts, width, cut)
-    if whole is not None:  # the common chunk: all of it in one bucket, told at C speed
-        return {f"{folder}/{whole}.jsonl": records[:]}
+    """bucket_views() of `records`, given their time texts and _extremes()."""
+    if extremes is not None and extremes[0][:cut] == extremes[1][:cut]:
+        # the common chunk: all of it in one bucket, told at C speed
+        return {f"{folder}/{extremes[0][:cut]}.jsonl": records[:]}
     buckets: dict[str, list[Record]] = {}  # bucket prefix -> its records
     # the last record's bucket: a chunk's records come in time order, so
     # most records are in their predecessor's, which `startswith` tells
@@ -109,13 +126,13 @@ def _grouped(
     return {f"{folder}/{name}.jsonl": members for name, members in buckets.items()}
 
 
-def _one_bucket(texts: list[object], width: int, cut: int) -> str | None:
-    """The bucket prefix of every time text when they are all well-formed
-    and of one bucket (their earliest and latest share it), else None."""
+def _extremes(texts: list[object], width: int) -> tuple[str, str] | None:
+    """The earliest and latest time text when every one is well-formed (a
+    string of `width`), else None; told at C speed.  A chunk whose
+    extremes share a bucket is all of it in that bucket."""
     if not texts or set(map(type, texts)) != {str} or set(map(len, texts)) != {width}:
         return None
-    low, high = min(texts), max(texts)
-    return low[:cut] if low[:cut] == high[:cut] else None
+    return min(texts), max(texts)  # type: ignore[type-var]
 
 
 class BucketRoute:
