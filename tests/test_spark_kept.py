@@ -348,6 +348,10 @@ LINES = {
     "digits in text": b'{"id": "12345678901234567890123", "n": 1}\n',
     "uint64": b'{"a": 18446744073709551615}\n',
     "uint64 beside a double": b'{"a": 18446744073709551615, "b": 1.5}\n',
+    "negative beside a double": b'{"a": -92233720368547758080, "b": 1.5}\n',
+    "in a list beside a double": b'{"a": [1.5,12345678901234567890]}\n',
+    "long fraction": b'{"r": 0.0066123569921588965, "b": 1.5}\n',
+    "long fraction, exponent": b'{"r": 1.0066123569921588965e-7}\n',
     "kinds mixed": b'{"a": "1"}\n{"a": 1}\n',
     "list kinds mixed": b'{"a": [1, "x"]}\n',
     "key twice": b'{"a": 1, "a": "x"}\n',
@@ -366,7 +370,7 @@ def test_lines_type_is_the_records_type_or_none(name: str) -> None:
 
     data = LINES[name]
     found = lines_type(data)
-    if name in ("plain", "times", "nested", "digits in text"):
+    if name in ("plain", "times", "nested", "digits in text", "long fraction", "long fraction, exponent"):
         assert found is not None and found.equals(parquet.records_to_array(parse_lines(data)).type)
     else:
         assert found is None
