@@ -1,0 +1,97 @@
+"""What a scan gives: Stream.measured() (Beats: each record measured and
+dumped as it is decoded, so the index keeps no chunk's worth of records)
+equals scan() and render_views() chunk by chunk, its bounds, state, time
+range, record count, every view's length and, with `render`, its bytes,
+and the problems too; a wallaby scan of odd records gives every record
+once, in order, in the bucket of its time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fmtfs.formats import open_source
+from fmtfs.formats.base import Chunk, Problem, Stream
+from fmtfs.formats.wallaby import WallabyLog, create_pair, encode_record
+from fmtfs.render import render_views
+from fmtfs.samples import beats
+from fmtfs.shape import take_data
+
+HOUR_NS = 3600 * 10**9
+
+
+def assert_measured_as_scanned(stream: Stream) -> int:
+    """measured() equals scan() + render_views() chunk by chunk; the chunks."""
+    scanned = list(stream.scan(None, None))
+    for render in (True, False):
+        measured = list(stream.measured(None, None, render=render))
+        assert [p for p in measured if isinstance(p, Problem)] == [
+            p for p in scanned if isinstance(p, Problem)
+        ]
+        pairs = list(
+            zip(
+                [c for c in scanned if isinstance(c, Chunk)],
+                [c for c in measured if isinstance(c, Chunk)],
+                strict=True,
+            )
+        )
+        for plain, quick in pairs:
+            assert (quick.start, quick.end, quick.state, quick.times) == (
+                plain.start,
+                plain.end,
+                plain.state,
+                plain.times,
+            )
+            rendered = render_views(plain.records)
+            assert quick.records == {}
+            assert quick.count == len(next(iter(plain.records.values())))
+            assert quick.lengths == {view: len(data) for view, data in rendered.items()}
+            if render:
+                assert quick.rendered is not None
+                assert {view: bytes(data) for view, data in quick.rendered.items()} == rendered
+            else:
+                assert quick.rendered is None
+    return len(pairs)
+
+
+def test_odd_wallaby_records_are_scanned_whole(tmp_path: Path) -> None:
+    """Times out of order, back and forth across hours, before 1970 and at
+    int64's ends; payloads that are not UTF-8, empty, or big enough to end
+    a chunk by its bytes; a torn record at the end: every record once, in
+    order, in records.jsonl and in the one bucket of its time, each chunk's
+    time range its records' earliest and latest, the torn one reported."""
+    log = tmp_path / "odd.log"
+    create_pair(log)
+    times = [5 * HOUR_NS + 1, 3 * HOUR_NS, 5 * HOUR_NS + 2, -1, -HOUR_NS - 7, (1 << 63) - 1, -(1 << 63), 1]
+    payloads = [b"text", b"\xff\xfe not utf-8", b"", "\u00e9t\u00e9 \U0001f600".encode(), b"x" * 60_000]
+    written = [(payloads[i % len(payloads)], times[i % len(times)], i % 3) for i in range(600)]
+    with log.open("ab") as out:
+        for payload, stamp, flags in written:
+            out.write(encode_record(payload, stamp, flags))
+        out.write(encode_record(b"torn", 7)[:-2])
+    stream = WallabyLog(log, "hour")
+    items = list(stream.scan(None, None))
+    chunks = [c for c in items if isinstance(c, Chunk)]
+    assert len(chunks) >= 2 and isinstance(items[-1], Problem)  # 60 kB records: chunks cut by their bytes
+    records = [r for c in chunks for r in c.records[stream.records_view]]
+    assert [(r["index"], r["flags"], take_data(dict(r))) for r in records] == [
+        (i, flags, payload) for i, (payload, _, flags) in enumerate(written)
+    ]
+    at = 0
+    for chunk in chunks:
+        stamps = [stamp for _, stamp, _ in written[at : at + len(chunk.records[stream.records_view])]]
+        at += len(stamps)
+        assert chunk.times == (min(stamps), max(stamps))
+        buckets = {view: recs for view, recs in chunk.records.items() if view != stream.records_view}
+        assert sorted(r["index"] for recs in buckets.values() for r in recs) == [
+            r["index"] for r in chunk.records[stream.records_view]
+        ]
+        for view, recs in buckets.items():
+            assert {
+                f"odd.log/buckets/{stream.bucketer.name(written[r['index']][1])}.jsonl" for r in recs
+            } == {view}
+
+
+def test_a_beats_queue_is_measured_as_it_is_scanned(tmp_path: Path) -> None:
+    beats.generate(tmp_path, 5_000, segments=2)
+    streams = open_source(tmp_path, "beats", {}).streams()
+    assert sum(assert_measured_as_scanned(s) for s in streams if s.measured(None, None) is not None) >= 2
