@@ -4,7 +4,7 @@ Each loop reads one native file and returns the JSON Lines bytes its record
 view shows, single-threaded, each record dumped as soon as it is decoded
 (no list of dicts kept) and its line appended to one buffer (no list of
 lines kept: orjson 3.12+ returns each line in an allocation of at least
-4 KiB, so 100 MB of Beats held 1.5 GB of lines, and the loop ran 9-18 %
+4 KiB, so 100 MB of Beats held 1.5 GB of lines, and the loop ran 7-19 %
 slower at 20-100 MB and 2.2x slower at 1 GB than appending each line to
 a bytearray), with the cyclic GC paused, and with nothing of
 fmtfs in it (only the byte layouts of `/work/shared/specs`, struct, zlib,
