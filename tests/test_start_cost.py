@@ -22,7 +22,7 @@ from tests.mounting import fmtfs, mounted, unmount
 FORMAT_MODULES = {
     "beats": "fmtfs.formats.beats.format",
     "kestrel": "fmtfs.formats.kestrel.format",
-    "wallaby": "fmtfs.formats.wallaby",
+    "wallaby": "fmtfs.formats.wallaby.format",
     "gvfs": "fmtfs.formats.gvfs.format",
     "proio": "fmtfs.formats.proio.format",
 }

@@ -5,7 +5,7 @@ Every `fmtfs` command (even `--help`) builds its parser from every format's
 options, and detection asks the formats in turn; importing all five formats
 for that (decoders, protobuf, lz4, cbor2) was 0.05-0.15 s of each command.
 So a built-in format writes these facts once, in a small module of its own
-(`<format>/card.py`, `wallaby_card.py`) that imports none of its decoding;
+(`<format>/card.py`) that imports none of its decoding;
 its `detect` imports what it needs when it is called.  The Format class
 takes the same card (`class BeatsFormat(Format, card=CARD)`), so nothing is
 written twice.  An external format (an entry point) is its own card: its

@@ -57,7 +57,7 @@ BUILTIN: dict[str, str] = {
 BUILTIN_CARDS: dict[str, str] = {
     "beats": "fmtfs.formats.beats.card",
     "kestrel": "fmtfs.formats.kestrel.card",
-    "wallaby": "fmtfs.formats.wallaby_card",
+    "wallaby": "fmtfs.formats.wallaby.card",
     "gvfs": "fmtfs.formats.gvfs.card",
     "proio": "fmtfs.formats.proio.card",
 }

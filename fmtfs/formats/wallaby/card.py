@@ -1,5 +1,5 @@
 """The wallaby write-ahead log's card (fmtfs.formats.card): name, options
-and detection, readable without importing the log reader (wallaby.py)."""
+and detection, readable without importing the log reader."""
 
 from __future__ import annotations
 
