@@ -115,6 +115,9 @@ def render_chunk(stream: Stream, chunk: Chunk, view: str | None = None) -> dict[
     sending and caching the other views too cost a reader of one view
     twice the bytes of it)."""
     with paused():
+        rendered = stream.render(chunk, view)
+        if rendered is not None:
+            return rendered
         if view is not None:
             records = stream.view_records(chunk, view)
             if records is not None:

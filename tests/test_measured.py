@@ -1,9 +1,11 @@
 """What a scan gives: Stream.measured() (Beats: each record measured and
-dumped as it is decoded, so the index keeps no chunk's worth of records)
-equals scan() and render_views() chunk by chunk, its bounds, state, time
-range, record count, every view's length and, with `render`, its bytes,
-and the problems too; a wallaby scan of odd records gives every record
-once, in order, in the bucket of its time."""
+dumped as it is decoded, so the index keeps no chunk's worth of records;
+wallaby: lines written from a template, no records built) equals scan()
+and render_views() chunk by chunk, its bounds, state, time range, record
+count, every view's length and, with `render`, its bytes, and the
+problems too; so does a chunk a stream renders itself (Stream.render) for
+a reader; a wallaby scan of odd records gives every record once, in
+order, in the bucket of its time."""
 
 from __future__ import annotations
 
@@ -12,8 +14,8 @@ from pathlib import Path
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Chunk, Problem, Stream
 from fmtfs.formats.wallaby import WallabyLog, create_pair, encode_record
-from fmtfs.render import render_views
-from fmtfs.samples import beats
+from fmtfs.render import render_chunk, render_views
+from fmtfs.samples import beats, wallaby
 from fmtfs.shape import take_data
 
 HOUR_NS = 3600 * 10**9
@@ -50,6 +52,12 @@ def assert_measured_as_scanned(stream: Stream) -> int:
                 assert {view: bytes(data) for view, data in quick.rendered.items()} == rendered
             else:
                 assert quick.rendered is None
+        for plain, _ in pairs:  # a reader's chunk (no records), as the stream renders it
+            chunk = Chunk(plain.start, plain.end, plain.state)
+            rendered = render_views(stream.decode(chunk))
+            assert render_chunk(stream, chunk) == rendered
+            for view, data in rendered.items():
+                assert render_chunk(stream, chunk, view) == ({view: data} if data else {})
     return len(pairs)
 
 
@@ -89,6 +97,25 @@ def test_odd_wallaby_records_are_scanned_whole(tmp_path: Path) -> None:
             assert {
                 f"odd.log/buckets/{stream.bucketer.name(written[r['index']][1])}.jsonl" for r in recs
             } == {view}
+    assert assert_measured_as_scanned(stream) == len(chunks)
+
+
+def test_a_wallaby_log_is_measured_as_it_is_scanned(tmp_path: Path) -> None:
+    """A log in time order (the sample's): its lines from the template are
+    its records' lines, and a bucket holding a whole chunk is the chunk's
+    very bytes (a store of kept pieces keeps them once)."""
+    wallaby.generate(
+        tmp_path, 20_000, step_ns=5 * 10**8
+    )  # 2,048 s a chunk: some within an hour, some across two
+    (stream,) = open_source(tmp_path, "wallaby", {}).streams()
+    assert assert_measured_as_scanned(stream) >= 4
+    chunks = [c for c in stream.measured(None, None, render=True) if isinstance(c, Chunk)]
+    whole = [c for c in chunks if len(c.lengths) == 2]
+    assert whole and len(whole) < len(chunks)
+    for chunk in whole:
+        assert chunk.rendered is not None
+        records, bucket = chunk.rendered.values()
+        assert bucket is records
 
 
 def test_a_beats_queue_is_measured_as_it_is_scanned(tmp_path: Path) -> None:

@@ -189,6 +189,14 @@ class Stream(ABC):
         records are big nested values (Beats' CBOR events)."""
         return None
 
+    def render(self, chunk: Chunk, view: str | None = None) -> dict[str, bytes] | None:
+        """fmtfs.render.render_chunk() done by the stream itself, from the
+        chunk's native bytes, building no records (wallaby's lines from a
+        template): every view's bytes, or `view`'s alone ({} when the chunk
+        has none of it).  The same bytes as rendering decode()'s records.
+        None (the default): render_chunk renders the records."""
+        return None
+
     def view_records(self, chunk: Chunk, view: str) -> Iterable[Record] | None:
         """The records of `view` alone in one chunk, in order: what a reader
         of one view needs, without routing each record to the other views

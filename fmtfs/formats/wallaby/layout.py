@@ -15,7 +15,7 @@ import struct
 import time
 from pathlib import Path
 
-from fmtfs.formats.base import BadRecord
+from fmtfs.formats.base import BadRecord, Problem
 from fmtfs.formats.files import read_prefix
 from fmtfs.formats.wallaby.card import LOG_MAGIC
 
@@ -27,6 +27,19 @@ MAX_PAYLOAD = 64 * 1024  # v1.Create's maxSize: what a real reader accepts
 
 BUCKET_SECONDS = {"minute": 60, "hour": 3600, "day": 86400}
 BUCKET_PATTERN = {"minute": "%Y-%m-%dT%H:%M", "hour": "%Y-%m-%dT%H", "day": "%Y-%m-%d"}
+
+
+def torn(
+    file: str, data: bytes | mmap.mmap, offset: int, end: int, size: int | None = None
+) -> Problem | None:
+    """What a record at `offset` that does not fit before `end` is: a torn
+    header (None for a zero tail: a preallocated log), or (its `size`
+    read) a torn payload."""
+    if size is None:
+        if offset < end and any(data[offset:end]):
+            return Problem(file, offset, "torn record header at end of log")
+        return None
+    return Problem(file, offset, f"torn record: size {size} runs past end of log")
 
 
 def index_path(log: Path) -> Path:

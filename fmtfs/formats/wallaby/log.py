@@ -21,7 +21,9 @@ from fmtfs.formats.wallaby.layout import (
     index_path,
     log_header_size,
     looks_like_generation_a,
+    torn,
 )
+from fmtfs.formats.wallaby.lines import LineRenderer
 from fmtfs.shape import HOUR_HEADS, MINUTES_SECONDS, encode_name, hour_text, put_data
 
 # A chunk: this many records, or the first record starting this many bytes
@@ -115,12 +117,34 @@ class WallabyLog(Stream):
         super().__init__(self.folder, path)
         self.bucketer = Bucketer(time_bucket)
         self.records_view = f"{self.folder}/records.jsonl"
+        self.lines = LineRenderer(path.name, self.records_view, f"{self.folder}/buckets", self.bucketer)
 
     def view_paths(self) -> list[str]:
         return [self.records_view]
 
     def scan(
         self, start: int | None, state: State | None, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
+        return self._walk(start, state, stop, measure=False, render=False)
+
+    def measured(
+        self, start: int | None, state: State | None, render: bool = False, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
+        """scan()'s chunks with their lines rendered from the log's bytes
+        (fmtfs.formats.wallaby.lines), no records built."""
+        return self._walk(start, state, stop, measure=True, render=render)
+
+    def render(self, chunk: Chunk, view: str | None = None) -> dict[str, bytes]:
+        data = self._native(chunk)
+        run = self.lines.run(
+            data, 0, chunk.state["seq"], 1 << 62, CHUNK_BYTES, len(data), route=view != self.records_view
+        )
+        if view is None:
+            return run.views
+        return {view: run.views[view]} if run.views.get(view) else {}
+
+    def _walk(
+        self, start: int | None, state: State | None, stop: int | None, measure: bool, render: bool
     ) -> Iterator[Chunk | Problem]:
         with open(self.path, "rb") as f:
             size = os.fstat(f.fileno()).st_size
@@ -134,7 +158,7 @@ class WallabyLog(Stream):
                         return
                     start, state = first
                 assert state is not None
-                yield from self._chunks(data, start, state["seq"], stop)
+                yield from self._chunks(data, start, state["seq"], stop, measure, render)
 
     def _first(self, data: mmap.mmap) -> tuple[int, State] | Problem:
         """Where the first record starts and its state, or why nothing does."""
@@ -144,18 +168,37 @@ class WallabyLog(Stream):
             return Problem(self.path.name, 0, "generation A wallaby layout (April 2015) is not supported")
         return log_header_size(self.path, data), {"seq": 0}
 
-    def _chunks(self, data: mmap.mmap, offset: int, seq: int, stop: int | None) -> Iterator[Chunk | Problem]:
+    def _chunks(
+        self, data: mmap.mmap, offset: int, seq: int, stop: int | None, measure: bool, render: bool
+    ) -> Iterator[Chunk | Problem]:
+        """Chunks from `offset`: with their records, or (`measure`) with
+        their count and views' lengths, and (`render`) their views' bytes."""
         end = len(data)
         while True:
             if stop is not None and offset >= stop:
                 yield boundary(offset, {"seq": seq})
                 return
-            stamps: list[int] = []
-            records, after, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end, stamps)
-            count = len(records[self.records_view])
+            if measure:
+                run = self.lines.run(data, offset, seq, CHUNK_RECORDS, CHUNK_BYTES, end)
+                count, after, problem = run.count, run.end, run.problem
+                lengths = {view: len(lines) for view, lines in run.views.items()}
+                rendered = run.views if render else None
+                chunk = Chunk(
+                    offset,
+                    after,
+                    {"seq": seq},
+                    times=run.times,
+                    lengths=lengths,
+                    count=count,
+                    rendered=rendered,
+                )
+            else:
+                stamps: list[int] = []
+                records, after, problem = self._decode_run(data, offset, seq, CHUNK_RECORDS, end, stamps)
+                count = len(records[self.records_view])
+                chunk = Chunk(offset, after, {"seq": seq}, records, times=native_range(stamps, "ns"))
             if count:
-                times = native_range(stamps, "ns")
-                yield Chunk(offset, after, {"seq": seq}, records, times=times)
+                yield chunk
             if problem is not None:
                 yield problem
                 return
@@ -209,9 +252,11 @@ class WallabyLog(Stream):
         stamps: list[int] | None = None,
         route: bool = True,
     ) -> tuple[dict[str, list[Record]], int, Problem | None]:
-        """Up to `limit` records from `offset` (or CHUNK_BYTES of them); their
-        native times go to `stamps` when given (a scan's chunk time range).
-        `route` False: records.jsonl only, no time buckets (its reader's)."""
+        """Up to `limit` records from `offset` (or CHUNK_BYTES of them), as
+        dicts (the readers of records: Spark, Parquet twins); their native
+        times go to `stamps` when given (a scan's chunk time range).  `route`
+        False: records.jsonl only, no time buckets (its reader's).  Its
+        walk is LineRenderer.run's: the same records, the same problems."""
         keep_stamp = stamps.append if stamps is not None else None
         unpack = RECORD.unpack_from
         lines: list[Record] = []
@@ -227,15 +272,14 @@ class WallabyLog(Stream):
         problem = None
         while len(lines) < limit and offset - start < CHUNK_BYTES:
             if offset + RECORD.size > end:
-                if offset < end and any(data[offset:end]):
-                    problem = Problem(self.path.name, offset, "torn record header at end of log")
+                problem = torn(self.path.name, data, offset, end)
                 break
             size, flags, stamp = unpack(data, offset)
             if stamp == 0:
                 break  # zero tail of a preallocated (mmap pre-extended) log
             body = offset + RECORD.size
             if body + size > end:
-                problem = Problem(self.path.name, offset, f"torn record: size {size} runs past end of log")
+                problem = torn(self.path.name, data, offset, end, size)
                 break
             seconds, fraction = divmod(stamp, 1_000_000_000)
             hour, of_hour = divmod(seconds, 3600)
