@@ -59,8 +59,8 @@ def test_second_tree_decodes_nothing(sample: Path, tmp_path: Path, monkeypatch) 
     def forbidden(*args, **kwargs):
         raise AssertionError("the persistent index should have answered")
 
-    monkeypatch.setattr(WallabyLog, "scan", forbidden)
-    monkeypatch.setattr(WallabyLog, "decode", forbidden)
+    for method in ("scan", "measured", "decode", "render"):
+        monkeypatch.setattr(WallabyLog, method, forbidden)
     second = tree_of(sample, tmp_path)
     assert {p: second.size(p) for p in sizes} == sizes
 
@@ -80,13 +80,13 @@ def test_growth_is_indexed_from_where_it_was(tmp_path: Path, monkeypatch) -> Non
     tree = tree_of(source, tmp_path / "cache")
     before = whole(tree, "events.log/records.jsonl")
     starts: list = []
-    original = WallabyLog.scan
+    original = WallabyLog.measured  # what the index scans a wallaby log with
 
-    def spy(self, start, state):
+    def spy(self, start, state, **options):
         starts.append(start)
-        return original(self, start, state)
+        return original(self, start, state, **options)
 
-    monkeypatch.setattr(WallabyLog, "scan", spy)
+    monkeypatch.setattr(WallabyLog, "measured", spy)
     WallabyWriter(source / "events.log").write([{"time": START_NS, "data": f"new {i}"} for i in range(5)])
     changed = tree.refresh(force=True)
     assert "events.log/records.jsonl" in changed
@@ -158,12 +158,12 @@ def test_missing_or_lagging_index_does_not_hide_records(sample: Path, tmp_path: 
 def test_a_decoder_failure_is_reported_not_fatal(sample: Path, tmp_path: Path, monkeypatch) -> None:
     calls = []
 
-    def broken(self, start, state):
+    def broken(self, start, state, **options):
         calls.append(start)
         yield from []
         raise RuntimeError("decoder bug")
 
-    monkeypatch.setattr(WallabyLog, "scan", broken)
+    monkeypatch.setattr(WallabyLog, "measured", broken)  # what the index scans a wallaby log with
     tree = tree_of(sample, tmp_path)
     errors = [orjson.loads(line) for line in whole(tree, "_errors.jsonl").splitlines()]
     assert errors == [{"file": "events.log", "offset": 0, "error": "cannot decode this file: decoder bug"}]
