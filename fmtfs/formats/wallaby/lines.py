@@ -23,7 +23,6 @@ once)."""
 from __future__ import annotations
 
 import mmap
-import struct
 from dataclasses import dataclass
 
 import orjson
@@ -67,7 +66,7 @@ class LineRenderer:
         records starting less than `max_bytes` past it: WallabyLog's
         _decode_run walks the same records.  `route` False: the records view
         only, no time buckets."""
-        unpack = struct.Struct(RECORD.format).unpack_from
+        unpack = RECORD.unpack_from
         head_size = RECORD.size
         dumps = orjson.dumps
         out = bytearray()
