@@ -117,7 +117,8 @@ class WallabyLog(Stream):
         super().__init__(self.folder, path)
         self.bucketer = Bucketer(time_bucket)
         self.records_view = f"{self.folder}/records.jsonl"
-        self.lines = LineRenderer(path.name, self.records_view, f"{self.folder}/buckets", self.bucketer)
+        self.bucket_folder = f"{self.folder}/buckets"  # of the views `<name>/buckets/<bucket>.jsonl`
+        self.lines = LineRenderer(path.name, self.records_view, self.bucket_folder, self.bucketer)
 
     def view_paths(self) -> list[str]:
         return [self.records_view]
@@ -267,7 +268,7 @@ class WallabyLog(Stream):
         # text up to the hour is looked up when the hour changes
         head, head_hour = "", None
         mm_ss = MINUTES_SECONDS
-        folder = self.folder
+        bucket_folder = self.bucket_folder
         start = offset
         problem = None
         while len(lines) < limit and offset - start < CHUNK_BYTES:
@@ -307,7 +308,7 @@ class WallabyLog(Stream):
             offset = body + size
         views = {self.records_view: lines}
         for name, bucket in buckets.items():
-            views[f"{folder}/buckets/{name}.jsonl"] = bucket
+            views[f"{bucket_folder}/{name}.jsonl"] = bucket
         return views, offset, problem
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
