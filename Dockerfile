@@ -12,7 +12,9 @@ WORKDIR /opt/fmtfs
 COPY pyproject.toml README.md ./
 COPY fmtfs ./fmtfs
 COPY pyspark_fmtfs ./pyspark_fmtfs
-RUN pip install --no-cache-dir . \
+COPY scripts/constraints.txt ./scripts/
+# the versions the test suite ran with (scripts/constraints.txt)
+RUN pip install --no-cache-dir -c scripts/constraints.txt . \
     && apt-get purge -y gcc libfuse3-dev pkg-config && apt-get autoremove -y
 
 ENTRYPOINT []

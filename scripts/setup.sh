@@ -35,14 +35,16 @@ if [ ! -x "$VENV/bin/python" ]; then
     echo "setup: creating $VENV"
     python3 -m venv "$VENV"
 fi
-# reinstall only when the declared dependencies changed
+# reinstall only when the declared dependencies or their pinned versions changed
 stamp="$VENV/.fmtfs-deps"
-want="$(sha256sum "$ROOT/pyproject.toml" | cut -c1-16)"
+want="$(cat "$ROOT/pyproject.toml" "$ROOT/scripts/constraints.txt" | sha256sum | cut -c1-16)"
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     echo "setup: installing fmtfs and its dependencies into $VENV"
     "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     # editable: the checkout itself is on sys.path (pyproject's package-dir makes it a plain .pth)
-    "$VENV/bin/pip" install -q -e "$ROOT[test]" 2>&1 | grep -v "^WARNING: Location" || true
+    # at the versions tests ran with (scripts/constraints.txt says why and how to move on)
+    "$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test]" 2>&1 \
+        | grep -v "^WARNING: Location" || true
     "$VENV/bin/python" -c "import fmtfs, pyfuse3, pyspark" || { echo "setup: install failed" >&2; exit 1; }
     echo "$want" > "$stamp"
 fi
