@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parents[1] / "scripts" / "bench.py"
+TABLE = BENCH.with_name("bench_table.py")
 FIGURES = {
     "first_mount",
     "cold_cat",
@@ -67,6 +68,15 @@ def test_bench_beats_with_spark(tmp_path: Path) -> None:
     assert_figures(result, "beats", FIGURES | SPARK_FIGURES | SESSION_FIGURES)
     assert result["formats"]["beats"]["baseline"] == "plain loop"
     assert result["machine"]["cpus"] > 0
+    # the README's table is made from such files: a row for every figure of them
+    done = subprocess.run(
+        [sys.executable, str(TABLE), "--all", str(tmp_path / "bench.json"), str(tmp_path / "bench.json")],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ")]
+    assert len(rows) == 1 + len(FIGURES | SPARK_FIGURES | SESSION_FIGURES)  # the header too
 
 
 def test_bench_wallaby_and_gvfs_without_spark(tmp_path: Path) -> None:
