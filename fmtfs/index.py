@@ -85,7 +85,7 @@ CREATE TABLE IF NOT EXISTS derived (
 """
 
 # Bump when the tables change shape: an older cache is dropped and rebuilt.
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4  # 4: kept pieces name their store by its id, not its inode
 
 # Scans of this many bytes in all start the decode workers at once when
 # update_all() is given a pool; smaller ones start them only once this

@@ -12,8 +12,13 @@ its hour buckets included).  Compressing costs the scan 1.4-1.6 GB/s.
 
 The chunk index (fmtfs.index) says where each kept piece is (`Kept`, in
 its `pieces` rows), so a piece is trusted exactly as long as the chunk
-row it belongs to.  The file only grows: decode workers and the indexing
-process append to it at once, each holding `flock` while it writes, and
+row it belongs to, and only in the store file it was written to: the
+file starts with a random id (`HEADER`), new at every rewrite, that each
+`Kept` names.  An id, not the file's inode: a cache folder copied or
+restored elsewhere (`cp -a`, a backup, a CI cache) keeps its pieces,
+where an inode check sent every read of a copy back to decoding.  The
+file only grows: decode workers and the indexing process append to it
+at once, each holding `flock` while it writes, and
 pieces are published (committed to SQLite) only after they are written.
 A piece whose bytes do not match its checksum (a crash before the page
 cache reached the disk) is ignored: it is decoded instead.  Pieces of
@@ -38,6 +43,11 @@ import xxhash
 
 log = logging.getLogger("fmtfs")
 
+# A store file starts with these bytes and its id (8 bytes, little-endian):
+# the id of a new file, or of a file rewritten, is random.
+MAGIC = b"fmtfs-kp"
+HEADER = len(MAGIC) + 8
+
 # The default budget: at most this much disk, and at most a quarter of what
 # is free when the store opens.
 DEFAULT_LIMIT = 8 << 30
@@ -45,7 +55,7 @@ DEFAULT_LIMIT = 8 << 30
 
 @dataclass(frozen=True)
 class Kept:
-    """Where one kept piece is, in the store file `file` (its inode)."""
+    """Where one kept piece is, in the store file whose id is `file`."""
 
     at: int
     length: int  # compressed bytes
@@ -57,6 +67,28 @@ class Kept:
 def checksum(blob: bytes) -> int:
     # 63 bits: SQLite integers are signed
     return xxhash.xxh3_64_intdigest(blob) & ((1 << 63) - 1)
+
+
+def _new_id() -> int:
+    return int.from_bytes(os.urandom(8), "little") & ((1 << 63) - 1)
+
+
+def _write_header(fd: int) -> int:
+    """Start an empty store file: its magic and a new id (returned)."""
+    file_id = _new_id()
+    header = MAGIC + file_id.to_bytes(8, "little")
+    if os.pwrite(fd, header, 0) != HEADER:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    return file_id
+
+
+def _read_id(fd: int) -> int | None:
+    """A store file's id; None when it does not start as a store does
+    (written by an older fmtfs, which named its store by inode, or damaged)."""
+    header = os.pread(fd, HEADER, 0)
+    if len(header) != HEADER or not header.startswith(MAGIC):
+        return None
+    return int.from_bytes(header[len(MAGIC) :], "little")
 
 
 def default_limit(folder: Path) -> int:
@@ -92,9 +124,41 @@ class KeptPieces:
         self.limit = limit
         path.parent.mkdir(mode=0o700, exist_ok=True)
         self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self.file = os.fstat(self._fd).st_ino
+        try:
+            self.file = self._identify()
+        except BaseException:
+            os.close(self._fd)
+            raise
         self.served = 0  # pieces read back (tests count them)
         self._failed = False  # a write failed (said once in the log)
+
+    def _identify(self) -> int:
+        """The file's id, under the lock that keeps (processes open one
+        store at once): a new file gets its header; one that does not start
+        as a store is replaced by a new one (its pieces were named by
+        another id, so none of them is read)."""
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            if os.fstat(self._fd).st_size == 0:
+                return _write_header(self._fd)
+            found = _read_id(self._fd)
+            if found is not None:
+                return found
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+        log.info("%s is not a store of kept pieces (an older fmtfs's?): starting it anew", self.path)
+        fresh = self.path.with_suffix(f".{os.getpid()}.new")
+        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            file_id = _write_header(fd)
+            os.replace(fresh, self.path)
+        except BaseException:
+            os.close(fd)
+            fresh.unlink(missing_ok=True)
+            raise
+        os.close(self._fd)
+        self._fd = fd
+        return file_id
 
     @property
     def spec(self) -> tuple[Path, int]:
@@ -158,7 +222,8 @@ class KeptPieces:
         return data
 
     def size(self) -> int:
-        return os.fstat(self._fd).st_size
+        """Bytes of pieces the file holds (its header aside)."""
+        return max(0, os.fstat(self._fd).st_size - HEADER)
 
     def compacted(self, live: Iterable[Kept]) -> dict[Kept, Kept] | None:
         """Rewrite the file with only the `live` pieces (in file order), if
@@ -176,14 +241,14 @@ class KeptPieces:
             fd = os.open(new_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
             moved: dict[Kept, Kept] = {}
             try:
-                inode = os.fstat(fd).st_ino
-                at = 0
+                file_id = _write_header(fd)
+                at = HEADER
                 for old in sorted(set(live), key=lambda k: k.at):
                     if old.file != self.file:
                         continue
                     blob = os.pread(self._fd, old.length, old.at)
                     os.pwrite(fd, blob, at)
-                    moved[old] = Kept(at, old.length, old.size, old.check, inode)
+                    moved[old] = Kept(at, old.length, old.size, old.check, file_id)
                     at += old.length
                 os.replace(new_path, self.path)
             except BaseException:
@@ -193,7 +258,7 @@ class KeptPieces:
             finally:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
-            self._fd, self.file = fd, inode
+            self._fd, self.file = fd, file_id
             return moved
         finally:
             os.close(lock)

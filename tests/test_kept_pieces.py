@@ -84,6 +84,35 @@ def test_a_kept_piece_reads_back_and_a_damaged_one_is_refused(tmp_path: Path) ->
     store.close()
 
 
+def test_a_store_copied_elsewhere_keeps_its_pieces(tmp_path: Path) -> None:
+    """A store names itself by the id in its header, not by its inode: a
+    copy (a new inode) reads the pieces written to the original."""
+    store = KeptPieces(tmp_path / "a" / "s.lz4", 1 << 20)
+    kept = store.keep({"v.jsonl": b'{"n":1}\n' * 300})["v.jsonl"]
+    store.close()
+    (tmp_path / "b").mkdir()
+    copy = tmp_path / "b" / "s.lz4"
+    copy.write_bytes((tmp_path / "a" / "s.lz4").read_bytes())
+    assert copy.stat().st_ino != (tmp_path / "a" / "s.lz4").stat().st_ino
+    store = KeptPieces(copy, 1 << 20)
+    assert store.file == kept.file
+    assert store.get(kept) == b'{"n":1}\n' * 300
+    store.close()
+
+
+def test_a_file_that_is_not_a_store_is_started_anew(tmp_path: Path) -> None:
+    """An older fmtfs's store (no header) or a damaged one: nothing of it
+    is trusted, and the store works again from empty."""
+    path = tmp_path / "s.lz4"
+    path.write_bytes(os.urandom(5000))
+    store = KeptPieces(path, 1 << 20)
+    assert store.size() == 0
+    kept = store.keep({"v.jsonl": b"x\n" * 100})["v.jsonl"]
+    assert store.get(kept) == b"x\n" * 100
+    assert KeptPieces(path, 1 << 20).file == store.file  # the next opener finds the same store
+    store.close()
+
+
 def test_views_given_the_same_bytes_share_one_kept_copy(tmp_path: Path) -> None:
     store = KeptPieces(tmp_path / "s.lz4", 1 << 20)
     lines = bytearray(b'{"t":"2015-05-17T22:00:00Z"}\n' * 500)  # a segment's piece, also its hour bucket's
@@ -242,6 +271,27 @@ def test_a_grown_file_keeps_its_earlier_pieces_and_reads_right(tmp_path: Path) -
         assert whole(tree, path) == whole(decoding, path)
     # only the old last chunk and the new ones were kept again: no second copy of the rest
     assert tree.index.kept.size() - size_before < size_before
+    tree.close()
+    decoding.close()
+
+
+def test_a_cache_folder_copied_elsewhere_serves_its_pieces(tmp_path: Path) -> None:
+    """`cp -a` of a cache (a backup restored, a CI cache): the copy's tree
+    reads the kept pieces instead of decoding, and they are the decoded bytes."""
+    import shutil
+
+    source = sample("beats", tmp_path, 12000)
+    first = SourceTree(open_source(source, "beats", {}), tmp_path / "cache")
+    size = first.index.kept.size()
+    first.close()
+    shutil.copytree(tmp_path / "cache", tmp_path / "copy")
+    tree = SourceTree(open_source(source, "beats", {}), tmp_path / "copy")
+    decoding = SourceTree(open_source(source, "beats", {}), tmp_path / "other", keep_limit=0)
+    views = indexed_views(tree)
+    for path in views:
+        assert whole(tree, path) == whole(decoding, path)
+    assert tree.index.kept.served >= len(views)
+    assert tree.index.kept.size() == size  # read back: nothing scanned and kept again
     tree.close()
     decoding.close()
 
