@@ -175,11 +175,11 @@ def summary(shown: list[str], formats: list[str], table: dict, runs: int) -> lis
             if cell is None or not cell.misses:
                 continue
             median = statistics.median(cell.values)
-            verdict = "meets" if cell.target.meets(median) else "misses"  # type: ignore[misc]
+            meets = cell.target.meets(median)  # type: ignore[misc]
             which = ", ".join(letters[i] for i in cell.misses)
             out.append(
-                f"- {fmt} {name}: missed in {which} of {runs} runs; "
-                f"median {number(median, False)}, which {verdict} {cell.target.text}"
+                f"- {fmt} {name}: missed in {which} of {runs} runs; median "
+                f"{number(median, not meets)}, which {'meets' if meets else 'misses'} {cell.target.text}"
             )
     return out or [f"- every cell met its target in all {runs} runs"]
 

@@ -73,7 +73,7 @@ def test_a_target_in_seconds_is_checked_against_the_time(tmp_path: Path) -> None
     assert cells[1:] == ["< 0.5 s", "**0.23 / 0.23 s**"]
     lines = table(tmp_path, [fast, slow, slow])
     assert row(lines, "`ls -l`")[2] == "0.23 / 0.620 / 0.620 s"
-    assert "- wallaby ls_1000: missed in B, C of 3 runs; median 0.62, which misses < 0.5 s" in lines
+    assert "- wallaby ls_1000: missed in B, C of 3 runs; median 0.620, which misses < 0.5 s" in lines
 
 
 def test_megabytes_and_figures_without_a_target(tmp_path: Path) -> None:
