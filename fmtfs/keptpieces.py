@@ -135,8 +135,8 @@ class KeptPieces:
     def _identify(self) -> int:
         """The file's id, under the lock that keeps (processes open one
         store at once): a new file gets its header; one that does not start
-        as a store is replaced by a new one (its pieces were named by
-        another id, so none of them is read)."""
+        as a store is rewritten empty, as compaction rewrites a store (its
+        pieces were named by another id, so none of them is read)."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
             if os.fstat(self._fd).st_size == 0:
@@ -147,18 +147,10 @@ class KeptPieces:
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
         log.info("%s is not a store of kept pieces (an older fmtfs's?): starting it anew", self.path)
-        fresh = self.path.with_suffix(f".{os.getpid()}.new")
-        fd = os.open(fresh, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            file_id = _write_header(fd)
-            os.replace(fresh, self.path)
-        except BaseException:
-            os.close(fd)
-            fresh.unlink(missing_ok=True)
-            raise
-        os.close(self._fd)
-        self._fd = fd
-        return file_id
+        self.file = -1  # no piece's id: compacted() keeps nothing of it
+        if self.compacted(()) is None:
+            raise OSError(errno.EBUSY, f"{self.path} is being rewritten by another process")
+        return self.file
 
     @property
     def spec(self) -> tuple[Path, int]:
