@@ -56,41 +56,49 @@ _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?")
 
 @dataclass(frozen=True)
 class Target:
-    """A figure's target as bench.py writes it: '>= 1.0', '< 0.5 s', '-'."""
+    """A figure's target as bench.py writes it: '>= 1.0', '< 0.5 s', '-'
+    (no target: `sign` is None)."""
 
     text: str
-    meets: Callable[[float], bool] | None  # None: no target
-    in_seconds: bool  # checked against fmtfs's time, not the ratio
+    sign: str | None = None  # one of _COMPARISONS
+    bound: str = ""  # as written ("1.0"), for the table
+    unit: str = ""  # "s": checked against fmtfs's time, not the ratio
 
     @classmethod
     def parse(cls, text: str) -> Target:
         found = _TARGET.match(text)
         if found is None:
-            return cls(text, None, False)
-        compare, bound = _COMPARISONS[found.group(1)], float(found.group(2))
-        return cls(text, lambda value: compare(value, bound), found.group(3) == "s")
+            return cls(text)
+        return cls(text, found.group(1), found.group(2), found.group(3) or "")
+
+    @property
+    def judged(self) -> bool:
+        return self.sign is not None
+
+    @property
+    def in_seconds(self) -> bool:
+        return self.unit == "s"
+
+    def meets(self, value: float) -> bool:
+        assert self.sign is not None
+        return _COMPARISONS[self.sign](value, float(self.bound))
 
     def markdown(self, unit: str = "") -> str:
         """As the README writes it: '≥ 1.0', '< 0.5 s', '< 300 MB' (`unit`:
         the values' own, for a target that does not say it), '–'."""
-        if self.meets is None:
+        if self.sign is None:
             return "–"
-        found = _TARGET.match(self.text)
-        assert found is not None
-        sign = {">=": "≥", "<=": "≤"}.get(found.group(1), found.group(1))
-        unit = f" {found.group(3)}" if found.group(3) else unit
-        return f"{sign} {found.group(2)}{unit}"
+        sign = {">=": "≥", "<=": "≤"}.get(self.sign, self.sign)
+        return f"{sign} {self.bound}{f' {self.unit}' if self.unit else unit}"
 
 
 def load(paths: list[Path]) -> list[dict[str, Any]]:
     return [json.loads(path.read_text()) for path in paths]
 
 
-def measured(run: dict[str, Any], fmt: str, name: str, target: Target) -> float | None:
+def measured(run: dict[str, Any], fmt: str, name: str, target: Target) -> float:
     """The value a figure's target is checked against in one run."""
-    found = run["formats"].get(fmt, {})
-    if name not in found.get("figures", {}):
-        return None
+    found = run["formats"][fmt]
     if target.in_seconds:  # e.g. ls_1000: "0.23 s, mount CPU 0.16 s"
         return float(_NUMBER.findall(found["details"][name]["fmtfs"])[0])
     return float(found["figures"][name])
@@ -117,14 +125,15 @@ class Cell:
     @property
     def misses(self) -> list[int]:
         """The runs (0-based) whose value misses the target."""
-        meets = self.target.meets
-        return [] if meets is None else [i for i, v in enumerate(self.values) if not meets(v)]
+        if not self.target.judged:
+            return []
+        return [i for i, v in enumerate(self.values) if not self.target.meets(v)]
 
     def markdown(self, unit: str) -> str:
         missed = set(self.misses)
         megabytes = unit == " MB"
         text = " / ".join(number(v, i in missed, megabytes) for i, v in enumerate(self.values)) + unit
-        return f"**{text}**" if self.target.meets is not None and not missed else text
+        return f"**{text}**" if self.target.judged and not missed else text
 
 
 def cells(runs: list[dict[str, Any]], show_all: bool) -> tuple[list[str], list[str], dict]:
@@ -139,8 +148,7 @@ def cells(runs: list[dict[str, Any]], show_all: bool) -> tuple[list[str], list[s
             if any(d is None for d in details):
                 continue  # not measured for this format (or not in every run)
             target = Target.parse(details[0]["target"])
-            values = [measured(run, fmt, name, target) for run in runs]
-            table[name, fmt] = Cell([v for v in values if v is not None], target)
+            table[name, fmt] = Cell([measured(run, fmt, name, target) for run in runs], target)
     return shown, formats, table
 
 
@@ -155,7 +163,7 @@ def markdown(runs: list[dict[str, Any]], show_all: bool = False) -> str:
     header = ["figure", "target"] + [column(runs[0], fmt) for fmt in formats]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name in shown:
-        row = [c for c in (table.get((name, fmt)) for fmt in formats)]
+        row = [table.get((name, fmt)) for fmt in formats]
         target = next((c.target for c in row if c is not None), Target.parse("-"))
         texts = [c.markdown(unit_of(name, c.target)) if c is not None else "–" for c in row]
         title = TITLES.get(name, name)
@@ -175,7 +183,7 @@ def summary(shown: list[str], formats: list[str], table: dict, runs: int) -> lis
             if cell is None or not cell.misses:
                 continue
             median = statistics.median(cell.values)
-            meets = cell.target.meets(median)  # type: ignore[misc]
+            meets = cell.target.meets(median)
             which = ", ".join(letters[i] for i in cell.misses)
             out.append(
                 f"- {fmt} {name}: missed in {which} of {runs} runs; median "
