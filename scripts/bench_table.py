@@ -34,12 +34,16 @@ TITLES = {
     "peak_rss_mb": "peak memory (PSS), mount + workers, while `cat`ting",
     "ls_1000": "`ls -l` of 1,000 stream views, second mount",
     "write_through": "write-through `cat` 20,000 lines `>>` vs in-process encoder",
-    "spark_json_first": "`spark.read.json(folder).count()`, fresh mount, vs a plain folder of the same files",
+    "spark_json_first": (
+        "`spark.read.json(folder).count()`, fresh mount, vs a plain folder of the same files"
+        " (medians of 3 mounts)"
+    ),
     "spark_json_second": "the same, second query",
     "spark_glob_first": "`spark.read.json(folder/*.jsonl)`, fresh mount",
     "spark_glob_second": "the same, second query",
     "data_source": "data source, default options, first query, vs plain `read.json`",
-    "data_source_again": "data source, again",
+    "data_source_cold": "the same, the session's first query of the shape (JVM compiling for it)",
+    "data_source_again": "data source, again (median of 3)",
     "python_ds_floor": "a one-row Python data source's query (any source's floor) vs plain `read.json`",
     "time_filter": "one-hour time filter vs full read (data source)",
 }

@@ -34,6 +34,7 @@ SPARK_FIGURES = {
     "spark_glob_first",
     "spark_glob_second",
     "data_source",
+    "data_source_cold",
     "data_source_again",
     "data_source_unkept",
     "python_ds_floor",
