@@ -703,7 +703,13 @@ def copy_spark_views(folder: Path, plain: Path, whole_tree: bool) -> None:
             copy_spark_views(view, plain / view.name, whole_tree)
 
 
-SPARK_MOUNTS = 3  # fresh mounts per way of reading, each queried twice; the medians count
+SPARK_SAMPLES = 3  # timings of a Spark query that can be repeated (a fresh mount each); the median counts
+
+
+def median_text(samples: list[float]) -> tuple[float, str]:
+    """The median of `samples` (seconds), and its text with every sample."""
+    median = statistics.median(samples)
+    return median, f"{median:.2f} s (of {', '.join(f'{s:.2f}' for s in samples)})"
 
 
 def figure_spark(run: FormatRun) -> list[Figure]:
@@ -716,7 +722,7 @@ def figure_spark(run: FormatRun) -> list[Figure]:
     copy of that tree; the glob lists the folder's own entries only, and is
     compared with a plain folder of those.  One query takes 0.2-1.5 s here
     and varies by 20-40 % from one to the next (the JVM's collections, the
-    scheduler): each figure is the median of SPARK_MOUNTS fresh mounts' and
+    scheduler): each figure is the median of SPARK_SAMPLES fresh mounts' and
     of the plain reads taken in turn with them, not one sample."""
     spark = spark_session()
     mnt, cache = run.scratch / "mnt", run.scratch / "cache"
@@ -733,24 +739,26 @@ def figure_spark(run: FormatRun) -> list[Figure]:
 
     ways = {"json": run.layout.spark_folder, "glob": f"{run.layout.spark_folder}/*.jsonl"}
     base_seconds: dict[str, list[float]] = {way: [count(plains[way])] for way in ways}
-    measured: dict[str, list[float]] = {}
-    for _ in range(SPARK_MOUNTS):
+    measured: dict[str, tuple[str, list[float]]] = {
+        f"spark_{way}_{which}": (way, []) for way in ways for which in ("first", "second")
+    }
+    for _ in range(SPARK_SAMPLES):
         for way, path in ways.items():
             with mounted(run.source, mnt, cache):
-                measured.setdefault(f"spark_{way}_first", []).append(count(mnt / path))
-                measured.setdefault(f"spark_{way}_second", []).append(count(mnt / path))
+                measured[f"spark_{way}_first"][1].append(count(mnt / path))
+                measured[f"spark_{way}_second"][1].append(count(mnt / path))
             base_seconds[way].append(count(plains[way]))
     if len(counts) != 1:
         raise SystemExit(f"{run.fmt}: row counts differ between the ways of reading: {sorted(counts)}")
     base = {way: statistics.median(seconds) for way, seconds in base_seconds.items()}
     figures = []
-    for name, samples in measured.items():
-        way, seconds = name.split("_")[1], statistics.median(samples)
+    for name, (way, samples) in measured.items():
+        seconds, text = median_text(samples)
         figures.append(
             Figure(
                 name,
                 seconds / base[way],
-                f"{seconds:.2f} s (of {', '.join(f'{s:.2f}' for s in samples)})",
+                text,
                 f"plain {'folder' if way == 'json' else 'glob'} {base[way]:.2f} s",
                 "<= 2.0" if "first" in name else "<= 1.3",
             )
@@ -814,8 +822,8 @@ def figure_data_source(run: FormatRun) -> list[Figure]:
     every chunk without a kept batch, is still all ahead of it; Spark has
     seen the source and its shape, as it has for read.json).  That untimed
     query, the session's first of this source and shape, is reported too
-    (data_source_cold, no target): on a 2 MB gvfs store it takes about
-    twice the first, the JVM compiling for a new shape.
+    (data_source_cold, no target): the JVM compiling for a new shape
+    (session 17's runs: 1.0-1.9x the first; in a fresh session, about twice it).
 
     Spark starts its Python workers (one per
     kind of job: schema, planning, reading) at the first Python data
@@ -862,12 +870,14 @@ def figure_data_source(run: FormatRun) -> list[Figure]:
     first, rows_first = timed(fmtfs_count)
     rows = {rows_cold, rows_first}
     agains = []
-    for _ in range(SPARK_MOUNTS):  # a query that can be repeated: the median of some, in turn with plain ones
+    for _ in range(
+        SPARK_SAMPLES
+    ):  # a query that can be repeated: the median of some, in turn with plain ones
         seconds, rows_again = timed(fmtfs_count)
         agains.append(seconds)
         rows.add(rows_again)
         base_seconds.append(timed(plain_json)[0])
-    again = statistics.median(agains)
+    again, again_text = median_text(agains)
     unkept, rows_unkept = timed(lambda: fmtfs_count(kept="0"))
     if len(rows | {rows_unkept, plain_json()}) != 1:
         raise SystemExit(f"{run.fmt}: the data source and read.json count different rows")
@@ -877,13 +887,7 @@ def figure_data_source(run: FormatRun) -> list[Figure]:
         Figure("python_ds_floor", floor / base, f"{floor:.2f} s", text, "-"),
         Figure("data_source", first / base, f"{first:.2f} s", text, "<= 2.0"),
         Figure("data_source_cold", cold / base, f"{cold:.2f} s", text, "-"),
-        Figure(
-            "data_source_again",
-            again / base,
-            f"{again:.2f} s (of {', '.join(f'{s:.2f}' for s in agains)})",
-            text,
-            "<= 2.0",
-        ),
+        Figure("data_source_again", again / base, again_text, text, "<= 2.0"),
         Figure("data_source_unkept", unkept / base, f"{unkept:.2f} s", text, "-"),
     ]
 
