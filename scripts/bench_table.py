@@ -41,7 +41,7 @@ TITLES = {
     "spark_json_second": "the same, second query",
     "spark_glob_first": "`spark.read.json(folder/*.jsonl)`, fresh mount",
     "spark_glob_second": "the same, second query",
-    "data_source": "data source, default options, first query, vs plain `read.json`",
+    "data_source": "data source, default options, first query (median of 3), vs plain `read.json`",
     "data_source_cold": "the same, the session's first query of the shape (JVM compiling for it)",
     "data_source_again": "data source, again (median of 3)",
     "python_ds_floor": "a one-row Python data source's query (any source's floor) vs plain `read.json`",
