@@ -9,13 +9,18 @@ import os
 from pathlib import Path
 
 
+def snapshot_folder(source: Path) -> tuple[Path, str]:
+    """The folder a source's native files are in, and the prefix of their
+    names: a folder source's own files, or a file source and its siblings
+    named after it (a rotated log's .1, .2)."""
+    return (source, "") if source.is_dir() else (source.parent, source.name)
+
+
 def source_snapshot(source: Path) -> tuple:
     """The source's native files as a tree sees them to tell a change: a
-    tree whose `snapshot` equals this is what the source holds now."""
-    if source.is_dir():
-        folder, prefix = source, ""
-    else:
-        folder, prefix = source.parent, source.name
+    tree whose `snapshot` equals this is what the source holds now: one
+    (name, size, mtime_ns, inode, st_mode, uid, gid) a file, sorted."""
+    folder, prefix = snapshot_folder(source)
     seen = []
     with os.scandir(folder) as it:
         for item in it:

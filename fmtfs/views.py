@@ -27,7 +27,8 @@ from fmtfs.formats.base import (
 from fmtfs.index import Index, Progress
 from fmtfs.pieces import Pieces
 from fmtfs.render import render_document, render_lines
-from fmtfs.snapshot import source_snapshot
+from fmtfs.snapshot import snapshot_folder, source_snapshot
+from fmtfs.sourcewatch import SourceWatch
 from fmtfs.spill import SpilledPieces
 from fmtfs.treefiles import BytesFile, IndexedFile, SlicedFile
 from fmtfs.twins import ParquetFile, Twins
@@ -110,6 +111,9 @@ class SourceTree:
         self.interval = REFRESH_INTERVAL  # between checks of the source (CHECK_SHARE)
         self.look_cost = 0.0  # CPU seconds the last look at the source took (_look)
         self.last_write = float("-inf")  # time.monotonic() of the last write through the mount
+        # the kernel's word that the source's folder is as last looked at
+        # (watch_source: a mount's, not a one-shot `fmtfs cat`'s)
+        self.watch: SourceWatch | None = None
         self.generation = 0  # bumps whenever the tree is rebuilt
         # when the tree was last used (monotonic: a view read or opened, a
         # folder listed): the twin builder waits for a quiet tree.  A tree
@@ -146,9 +150,18 @@ class SourceTree:
         re-read, not re-decoded."""
         self.index.reader.spill_to(SpilledPieces(self.index_dir))
 
+    def watch_source(self) -> None:
+        """Let the kernel tell when the source's folder changes (the mount
+        does, before it serves): a `stat` that finds it quiet needs no look
+        at every native file (fmtfs.sourcewatch)."""
+        if self.watch is None:
+            self.watch = SourceWatch.of(snapshot_folder(self.format.source)[0])
+
     def close(self) -> None:
         if self.pool is not None:
             self.pool.close()
+        if self.watch is not None:
+            self.watch.close()
         self.index.close()
 
     # -- change detection -------------------------------------------------
@@ -163,7 +176,7 @@ class SourceTree:
             # thread's refresh returns only once that one is done (a stat
             # right after a writer's close must not see the tree before it)
             started = time.monotonic()
-            if not force and started - self.checked < self.interval:
+            if not force and (started - self.checked < self.interval or self._quiet(started)):
                 return set()
             snapshot = self._look(started)
             if snapshot is None:
@@ -194,24 +207,38 @@ class SourceTree:
         caller itself, for the FUSE loop: a thread hop costs it 0.2-0.5 ms,
         which a warm `cat` paid at its first request after a pause (median
         0.56 -> 0.30 ms), while a look at a few native files costs tens of
-        microseconds.  True when the look is not due or
-        found the source as indexed (then rate-limited again as refresh()
-        would be); False when refresh() must run: the source changed,
-        another thread holds the tree, or the last look cost more than
-        LOOK_ON_CALLER_MAX (a folder of thousands of streams)."""
+        microseconds.  True when the look is not due, the kernel saw no
+        change since the last one (watch_source), or it found the source as
+        indexed (then rate-limited again as refresh() would be); False when
+        refresh() must run: the source changed, another thread holds the
+        tree, or the last look cost more than LOOK_ON_CALLER_MAX (a folder
+        of thousands of streams)."""
         if not self.due():
             return True
-        if self.look_cost > LOOK_ON_CALLER_MAX or not self.lock.acquire(blocking=False):
-            return False
+        if not self.lock.acquire(blocking=False):
+            return False  # another thread looks or rebuilds: wait for it in refresh()
         try:
             started = time.monotonic()
-            return started - self.checked < self.interval or self._look(started) is None
+            if started - self.checked < self.interval or self._quiet(started):
+                return True
+            return self.look_cost <= LOOK_ON_CALLER_MAX and self._look(started) is None
         finally:
             self.lock.release()
+
+    def _quiet(self, started: float) -> bool:
+        """Whether the watch vouches that the source is as last looked at
+        (then checked as of `started`): it saw no change since that look
+        began, and no write through the mount came since."""
+        if self.watch is None or self.last_write > self.checked or self.watch.changed():
+            return False
+        self.checked = started
+        return True
 
     def _look(self, started: float) -> tuple | None:
         """Stat the source (what that cost sets the rate limit); None when it
         is as indexed, then checked as of `started`; else its new snapshot."""
+        if self.watch is not None:
+            self.watch.settle()  # before the stats: a change after them is news
         cpu = time.thread_time()  # the look's own cost, not the GIL waits of a loaded machine
         snapshot = source_snapshot(self.format.source)
         self.look_cost = time.thread_time() - cpu
@@ -219,6 +246,8 @@ class SourceTree:
         if snapshot == self.snapshot:
             self._checked_at(started)
             return None
+        if self.watch is not None:
+            self.watch.mark_changed()  # not applied yet: the next look must still happen
         return snapshot
 
     def _checked_at(self, started: float) -> None:

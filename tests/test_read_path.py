@@ -12,9 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from fmtfs import views
 from fmtfs.formats import open_source
 from fmtfs.formats.wallaby import WallabyWriter
 from fmtfs.samples.wallaby import START_NS, generate
+from fmtfs.snapshot import source_snapshot
+from fmtfs.sourcewatch import SourceWatch
 from fmtfs.treefiles import IndexedFile
 from fmtfs.views import LOOK_ON_CALLER_MAX, SourceTree
 from tests.mounting import bytes_served, fmtfs, mounted, unmount
@@ -367,3 +370,64 @@ def test_reads_after_pauses_give_the_views_bytes_and_see_growth(source: Path, tm
             time.sleep(0.1)
         assert again == expected
         assert again.startswith(first) and b'"grown"' in again[len(first) :]
+
+
+# -- the kernel's word on the source (fmtfs.sourcewatch) ----------------------
+
+
+def test_a_watch_tells_each_change_to_a_source_folder_once_settled(tmp_path: Path) -> None:
+    folder = tmp_path / "src"
+    folder.mkdir()
+    watch = SourceWatch.of(folder)
+    assert watch is not None
+    try:
+        assert watch.changed()  # nothing looked at yet
+        native = folder / "0.seg"
+        changes = (
+            lambda: native.write_bytes(b"new"),
+            lambda: native.open("ab").write(b"more"),
+            lambda: native.chmod(0o600),
+            lambda: native.rename(folder / "1.seg"),
+            lambda: (folder / "1.seg").unlink(),
+        )
+        for change in changes:
+            watch.settle()
+            assert not watch.changed()
+            change()
+            assert watch.changed() and watch.changed()  # until the next look settles it
+        watch.settle()
+        watch.mark_changed()  # a look found a change its caller did not apply
+        assert watch.changed()
+        folder.rmdir()
+        watch.settle()
+        assert watch.changed()  # the folder is gone: no more news, never quiet
+    finally:
+        watch.close()
+
+
+def test_no_watch_where_the_kernel_gives_none(tmp_path: Path) -> None:
+    assert SourceWatch.of(tmp_path / "missing") is None
+
+
+def test_a_quiet_watched_source_needs_no_look_and_a_change_is_applied(
+    tree: SourceTree, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[Path] = []
+    monkeypatch.setattr(views, "source_snapshot", lambda s: looks.append(s) or source_snapshot(s))
+    tree.watch_source()
+    _make_due(tree)
+    assert tree.unchanged() and len(looks) == 1  # the first look settles the watch
+    for _ in range(3):
+        _make_due(tree)
+        assert tree.unchanged()
+        assert not tree.due()  # rate-limited again as a look would be
+    assert len(looks) == 1  # no stat of the native files while quiet
+    size = tree.size(RECORDS)
+    WallabyWriter(source / "events.log").write([{"time": START_NS, "data": "grown"}])
+    _make_due(tree)
+    assert not tree.unchanged() and len(looks) == 2  # told, looked, left to refresh
+    assert RECORDS in tree.refresh()  # which looks again and applies it
+    assert tree.size(RECORDS) > size
+    tree.wrote()  # a write through the mount: looked at whatever the watch says
+    assert tree.due() and tree.unchanged()
+    assert len(looks) == 4
