@@ -7,10 +7,12 @@ os.stat."""
 from __future__ import annotations
 
 import os
+import stat
 import threading
 from pathlib import Path
 
 from fmtfs.permissions import Access, folder_access, most_restrictive
+from fmtfs.snapshot import snapshot_folder
 from fmtfs.views import SourceTree
 
 ALL = "\0all"  # the key for "every native file" (no view has this path)
@@ -19,9 +21,11 @@ ALL = "\0all"  # the key for "every native file" (no view has this path)
 class ViewPermissions:
     """The Access of every view of one tree, memoised per tree generation.
 
-    Native files are stat'ed once per generation (only those of views
-    asked for); the tree's snapshot includes every native file's mode and
-    owner, so a chmod or chown of a native file starts a new generation."""
+    The tree's snapshot (fmtfs.snapshot) holds every native file's mode and
+    owner as its last look saw them, so a chmod or chown of a native file
+    starts a new generation, and a view's Access is read from it: the first
+    `ls -l` of 1,000 streams stat'ed each native file again.  A file the
+    snapshot does not list is stat'ed, once per generation."""
 
     def __init__(self, tree: SourceTree) -> None:
         self.tree = tree
@@ -36,7 +40,15 @@ class ViewPermissions:
         generation = self.tree.generation
         if generation != self._generation:
             self._generation = generation
-            self._stats, self._views, self._folder = {}, {}, None
+            self._stats, self._views, self._folder = self._snapshot_accesses(), {}, None
+
+    def _snapshot_accesses(self) -> dict[Path, Access | None]:
+        """The Access of every native file in the tree's snapshot, by path."""
+        folder, _ = snapshot_folder(self.tree.format.source)
+        return {
+            folder / name: Access(uid, gid, stat.S_IMODE(mode))
+            for name, _, _, _, mode, uid, gid in self.tree.snapshot or ()
+        }
 
     def folder(self) -> Access:
         with self._lock:

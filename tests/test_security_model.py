@@ -93,6 +93,27 @@ def test_kestrel_views_come_from_their_own_files(tmp_path: Path) -> None:
     assert perms.view("parquet/mail/pending/indexer.parquet") == pending
 
 
+def test_views_take_their_access_from_the_trees_look_and_follow_a_chmod(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A view's owner and mode come from the snapshot the tree's look took
+    (no stat of its own: the first `ls -l` of 1,000 streams made 1,000),
+    and a chmod starts a new generation that the next look brings."""
+    source = kestrel.generate(tmp_path / "q", 200)
+    os.chmod(source / "mail.read.indexer", 0o640)
+    tree, perms = _permissions(source, tmp_path)
+    stat_of, stated = os.stat, []
+    with monkeypatch.context() as patched:
+        patched.setattr(os, "stat", lambda path, *a, **k: stated.append(Path(path)) or stat_of(path, *a, **k))
+        assert perms.view("mail/readers/indexer.json") == Access(0, 0, 0o640)
+        assert all(perms.view(p) for p in tree.files)
+    assert not set(stated) & set(source.iterdir())
+    os.chmod(source / "mail.read.indexer", 0o600)
+    assert perms.view("mail/readers/indexer.json").mode == 0o640  # until the tree looks again
+    tree.refresh(force=True)
+    assert perms.view("mail/readers/indexer.json").mode == 0o600
+
+
 def test_beats_pending_includes_state_dat(tmp_path: Path) -> None:
     source = beats.generate(tmp_path / "q", 30)
     for path in source.iterdir():
