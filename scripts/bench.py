@@ -34,6 +34,8 @@ ones (the JVM stays up once started):
   time_filter    the data source with a 1/24-of-the-span time filter vs  its full read, both run once
                  before (the first filtered query starts Spark's Python worker for filter pushdown)
   ls_N           `ls -l` of N stream views on a second mount    vs  `ls -l` of N regular files
+                 (the median of 3 mounts; ls_N_floor: vs a minimal pyfuse3 filesystem answering
+                 from a dict, scripts/minimal_fuse.py: the kernel, libfuse, pyfuse3 and trio alone)
   write_through  `cat lines >> view` (20,000 lines)              vs  the format's encoder in process
   peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
   first_read_rss_mb  the same over an empty cache, from the first stat of every view (derived
@@ -531,12 +533,20 @@ def figure_first_read_rss(run: FormatRun) -> list[Figure]:
 
 
 def figure_listing(run: FormatRun) -> list[Figure]:
-    """`ls -l` of N stream views on a second mount vs N regular files."""
+    """`ls -l` of N stream views on a second mount vs N regular files, and
+    vs a minimal pyfuse3 filesystem serving the same paths (the floor)."""
     counts = [run.args.streams] + ([10_000] if run.args.many else [])
-    return [_listing(run, n) for n in counts]
+    return [figure for n in counts for figure in _listing(run, n)]
 
 
-def _listing(run: FormatRun, n: int) -> Figure:
+LISTING_SAMPLES = 3  # first listings of a second mount (a new mount each); the median counts
+
+
+def _listing(run: FormatRun, n: int) -> list[Figure]:
+    """The first `ls -ld` of N views on a second mount (the first indexed
+    the source), the median of LISTING_SAMPLES mounts, each in turn with the
+    same listing over a fresh minimal pyfuse3 filesystem and over regular
+    files: one listing varies by 2x from mount to mount on these machines."""
     sample = run.fresh(f"many-{n}/sample")
     importlib.import_module(f"fmtfs.samples.{run.fmt}").generate(sample, 20)
     source, plain = run.fresh(f"many-{n}/src"), run.fresh(f"many-{n}/plain")
@@ -544,27 +554,57 @@ def _listing(run: FormatRun, n: int) -> Figure:
         for path in run.layout.stream_files(sample):
             shutil.copyfile(path, source / run.layout.renamed(path.name, i))
     mnt, cache = run.fresh(f"many-{n}/mnt"), run.fresh(f"many-{n}/cache")
-    with mounted(source, mnt, cache):
-        pass
-    with mounted(source, mnt, cache):
-        first = run.layout.stream_files(sample)[0].name
-        views = [mnt / run.layout.stream_view(i, first) for i in range(n)]
-        pid = _mount_pid(mnt)
-        cpu = cpu_seconds(pid)
-        over_mount = _ls(views)
-        cpu = cpu_seconds(pid) - cpu
+    first = run.layout.stream_files(sample)[0].name
+    views = [run.layout.stream_view(i, first) for i in range(n)]
     for view in views:
-        target = plain / view.relative_to(mnt)
+        target = plain / view
         target.parent.mkdir(parents=True, exist_ok=True)
         target.touch()
-    regular = _ls([plain / v.relative_to(mnt) for v in views])
-    return Figure(
-        f"ls_{n}",
-        over_mount / regular,
-        f"{over_mount:.2f} s, mount CPU {cpu:.2f} s",
-        f"regular files {regular:.3f} s",
-        "< 0.5 s" if n <= 1000 else "< 5 s",
+    paths_file = run.scratch / f"many-{n}/paths"
+    paths_file.write_text("\n".join(views))
+    with mounted(source, mnt, cache):
+        pass
+    over_mount, cpu, floor, regular = [], [], [], []
+    for _ in range(LISTING_SAMPLES):
+        with mounted(source, mnt, cache):
+            pid = _mount_pid(mnt)
+            before = cpu_seconds(pid)
+            over_mount.append(_ls([mnt / v for v in views]))
+            cpu.append(cpu_seconds(pid) - before)
+        with minimal_mount(paths_file, mnt):
+            floor.append(_ls([mnt / v for v in views]))
+        regular.append(_ls([plain / v for v in views]))
+    seconds, text = median_text(over_mount)
+    floor_seconds, floor_text = median_text(floor)
+    text += f", mount CPU {statistics.median(cpu):.2f} s"
+    return [
+        Figure(
+            f"ls_{n}",
+            seconds / statistics.median(regular),
+            text,
+            f"regular files {statistics.median(regular):.3f} s",
+            "< 0.5 s" if n <= 1000 else "< 5 s",
+        ),
+        Figure(f"ls_{n}_floor", seconds / floor_seconds, text, f"minimal pyfuse3 {floor_text}", "-"),
+    ]
+
+
+@contextmanager
+def minimal_mount(paths_file: Path, mnt: Path) -> Iterator[None]:
+    """scripts/minimal_fuse.py serving the paths in `paths_file` at `mnt`."""
+    server = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("minimal_fuse.py")), paths_file, mnt]
     )
+    try:
+        while not os.path.ismount(mnt):
+            if server.poll() is not None:
+                raise SystemExit(f"minimal_fuse.py ended with {server.returncode}")
+            time.sleep(0.02)
+        os.stat(mnt)  # answered: the kernel's INIT is done, as `fmtfs mount` waits for
+        yield
+    finally:
+        subprocess.run(["fusermount3", "-u", str(mnt)], capture_output=True)
+        server.wait(timeout=30)
 
 
 def _ls(paths: list[Path]) -> float:
