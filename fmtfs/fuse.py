@@ -495,7 +495,7 @@ class FmtfsOperations(pyfuse3.Operations):
             if self._only_unread_writes():
                 continue
             try:
-                changed = await trio.to_thread.run_sync(self.tree.refresh, True)
+                changed = await trio.to_thread.run_sync(self.tree.poll)
             except Exception:
                 log.exception("refreshing the source failed")
                 continue

@@ -51,6 +51,14 @@ MAX_REFRESH_INTERVAL = 1.0
 # a look at the source (SourceTree.unchanged) costing more than this is left
 # to a worker thread: the FUSE loop answers nothing else meanwhile
 LOOK_ON_CALLER_MAX = 0.0002
+# The poller's look (SourceTree.poll) while the kernel's watch of the source
+# is quiet catches only what inotify cannot see (writes through a shared
+# mapping, another host's on a network filesystem): it spends at most this
+# share of the time, and waits no longer than the most below.  A look every
+# second at 10,000 Beats segments was a third of an `ls -l` of their views
+# (3.3 -> 2.2 s, 4 alternated mounts).
+QUIET_CHECK_SHARE = 0.02
+QUIET_CHECK_MAX_INTERVAL = 10.0
 
 
 def check_interval(cost: float) -> float:
@@ -110,6 +118,7 @@ class SourceTree:
         self.checked = 0.0
         self.interval = REFRESH_INTERVAL  # between checks of the source (CHECK_SHARE)
         self.look_cost = 0.0  # CPU seconds the last look at the source took (_look)
+        self.looked = float("-inf")  # time.monotonic() the last look began
         self.last_write = float("-inf")  # time.monotonic() of the last write through the mount
         # the kernel's word that the source's folder is as last looked at
         # (watch_source: a mount's, not a one-shot `fmtfs cat`'s)
@@ -202,6 +211,18 @@ class SourceTree:
             self._checked_at(started)
             return changed
 
+    def poll(self) -> set[str]:
+        """The mount's poller's look, every second, whatever the rate limit
+        of stats says (growth must reach `tail -f`): always where there is
+        no watch or it saw a change; while it is quiet, at most
+        QUIET_CHECK_SHARE of the time (QUIET_CHECK_MAX_INTERVAL at most).
+        Returns what refresh() does."""
+        if self.watch is not None and not self.watch.changed() and self.last_write <= self.looked:
+            wait = min(QUIET_CHECK_MAX_INTERVAL, self.look_cost / QUIET_CHECK_SHARE)
+            if time.monotonic() - self.looked < wait:
+                return set()
+        return self.refresh(force=True)
+
     def unchanged(self) -> bool:
         """The look at the source that a refresh() starts with, taken by the
         caller itself, for the FUSE loop: a thread hop costs it 0.2-0.5 ms,
@@ -239,6 +260,7 @@ class SourceTree:
         is as indexed, then checked as of `started`; else its new snapshot."""
         if self.watch is not None:
             self.watch.settle()  # before the stats: a change after them is news
+        self.looked = started
         cpu = time.thread_time()  # the look's own cost, not the GIL waits of a loaded machine
         snapshot = source_snapshot(self.format.source)
         self.look_cost = time.thread_time() - cpu

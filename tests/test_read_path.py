@@ -431,3 +431,29 @@ def test_a_quiet_watched_source_needs_no_look_and_a_change_is_applied(
     tree.wrote()  # a write through the mount: looked at whatever the watch says
     assert tree.due() and tree.unchanged()
     assert len(looks) == 4
+
+
+def test_the_pollers_look_at_a_quiet_watched_source_is_rate_limited(
+    tree: SourceTree, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[Path] = []
+    monkeypatch.setattr(views, "source_snapshot", lambda s: looks.append(s) or source_snapshot(s))
+    assert tree.poll() == set() and len(looks) == 1  # no watch: every poll looks
+    tree.watch_source()
+    tree.poll()  # the watch starts as "changed": looked, and settled
+    assert len(looks) == 2
+    tree.look_cost = 1.0  # a source of many files: while quiet, a look every 10 s at most
+    assert tree.poll() == set() and tree.poll() == set()
+    assert len(looks) == 2
+    WallabyWriter(source / "events.log").write([{"time": START_NS, "data": "grown"}])
+    assert RECORDS in tree.poll()  # the kernel told: looked at once
+    tree.poll()  # the change it applied is looked at once more, then quiet again
+    tree.look_cost = 1.0
+    assert tree.poll() == set() and len(looks) == 4
+    tree.looked -= views.QUIET_CHECK_MAX_INTERVAL  # what inotify cannot see is looked for still
+    tree.poll()
+    assert len(looks) == 5
+    tree.look_cost = 1.0
+    tree.wrote()  # a write through the mount: looked at whatever the watch says
+    tree.poll()
+    assert len(looks) == 6
