@@ -10,8 +10,10 @@ one non-blocking read of an inotify descriptor: empty, and nothing
 changed since the last look began (`settle`).
 
 What inotify cannot see, the mount's poller still catches with its forced
-look every second: writes through a shared mapping (gvfs-daemon writes its
-journal so), and changes made by another host on a network filesystem.
+look (SourceTree.poll: every second, or while the watch is quiet at most
+2 % of the time, 10 s apart at most): writes through a shared mapping
+(gvfs-daemon writes its journal so), and changes made by another host on
+a network filesystem.
 No watch (inotify missing, or out of instances or watches) means every
 question answers "changed": the mount looks as it did without one."""
 

@@ -13,6 +13,7 @@ import orjson
 
 from fmtfs.formats.base import BadRecord, Format, Record, Writer
 from fmtfs.render import parse_lines
+from fmtfs.snapshot import snapshot_folder
 
 
 class WrittenTree(Protocol):
@@ -133,7 +134,7 @@ def _source_lock(source: Path):
     """An exclusive flock on the source folder (a single-file source's
     folder: a format may lock the file itself, and a second flock on it
     through another descriptor would wait for ever)."""
-    fd = os.open(source if source.is_dir() else source.parent, os.O_RDONLY)
+    fd = os.open(snapshot_folder(source)[0], os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
