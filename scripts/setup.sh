@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what fmtfs needs on a Debian machine (as root), only what is
 # missing: Debian packages, then a virtualenv in .venv with fmtfs and its
-# test tools, and links `fmtfs` and `mount.fmtfs` into the system's paths
+# test and profiling tools, and links `fmtfs` and `mount.fmtfs` into the system's paths
 # (mount(8) and mount.fuse3 look only there).  Sourced by scripts/test.sh
 # and scripts/demo.sh; idempotent.
 set -euo pipefail
@@ -11,7 +11,9 @@ VENV="${FMTFS_VENV:-$ROOT/.venv}"
 # fuse3: fusermount3 and the kernel interface; libfuse3-dev + pkg-config: pyfuse3 builds against them;
 # java: Spark; dbus + gvfs-daemons + libglib2.0-bin (gio): the real gvfs daemon as the gvfs oracle;
 # jq: the README's examples use it.
-DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs gvfs-daemons libglib2.0-bin jq)
+# python3-venv + python3-dev: the virtualenv is Debian's interpreter's (below).
+DEBIAN_PACKAGES=(fuse3 libfuse3-dev pkg-config openjdk-17-jre-headless dbus gvfs gvfs-daemons libglib2.0-bin jq
+    python3-venv python3-dev)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do
@@ -31,9 +33,20 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { echo "setup: /dev/fuse is missing (in Docker: --device /dev/fuse --cap-add SYS_ADMIN)" >&2; exit 1; }
 
+# Debian's python3, not the first python3 on PATH: Debian builds it with
+# profile-guided and link-time optimisation; a pyenv build has neither (and a
+# shared libpython), and ran fmtfs's decode 20-28 % slower here (README,
+# *Benchmarks*).  FMTFS_PYTHON names another interpreter.
+PYTHON="${FMTFS_PYTHON:-/usr/bin/python3}"
+[ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
+# a virtualenv made by another interpreter (an older set-up's) is made anew
+if [ -x "$VENV/bin/python" ] && ! grep -qx "executable = $(readlink -f "$PYTHON")" "$VENV/pyvenv.cfg" 2>/dev/null; then
+    echo "setup: $VENV was made by another interpreter; making it anew with $PYTHON"
+    rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     echo "setup: creating $VENV"
-    python3 -m venv "$VENV"
+    "$PYTHON" -m venv "$VENV"
 fi
 # reinstall only when the declared dependencies or their pinned versions changed
 stamp="$VENV/.fmtfs-deps"
@@ -43,7 +56,7 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     "$VENV/bin/pip" install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
     # editable: the checkout itself is on sys.path (pyproject's package-dir makes it a plain .pth)
     # at the versions tests ran with (scripts/constraints.txt says why and how to move on)
-    "$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test]" 2>&1 \
+    "$VENV/bin/pip" install -q -c "$ROOT/scripts/constraints.txt" -e "$ROOT[test,dev]" 2>&1 \
         | grep -v "^WARNING: Location" || true
     "$VENV/bin/python" -c "import fmtfs, pyfuse3, pyspark" || { echo "setup: install failed" >&2; exit 1; }
     echo "$want" > "$stamp"
