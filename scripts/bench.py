@@ -1223,6 +1223,9 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in load],
         "python": platform.python_version(),
+        # which build: pyenv's unoptimised one ran the decode 20-28 % slower
+        # than Debian's (scripts/setup.sh)
+        "interpreter": os.path.realpath(sys.executable),
         "kernel": platform.release(),
     }
 
@@ -1237,7 +1240,10 @@ def print_table(results: dict[str, Any]) -> None:
         print(f"{name:18} " + " ".join(f"{c:9.3g}" if c is not None else f"{'-':>9}" for c in cells), end="")
         print(f"   {targets[name]}")
     m = results["machine"]
-    print(f"\n{m['date']}, {m['cpus']} CPUs, load average {m['load_average']}, Python {m['python']}")
+    print(
+        f"\n{m['date']}, {m['cpus']} CPUs, load average {m['load_average']},"
+        f" Python {m['python']} ({m['interpreter']})"
+    )
 
 
 def parse_formats(text: str, size: float) -> dict[str, float]:

@@ -5,6 +5,7 @@ target: the bench prints ratios, tests never assert speed."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,8 @@ def test_bench_beats_with_spark(tmp_path: Path) -> None:
     assert_figures(result, "beats", FIGURES | SPARK_FIGURES | SESSION_FIGURES)
     assert result["formats"]["beats"]["baseline"] == "plain loop"
     assert result["machine"]["cpus"] > 0
+    # the interpreter's own file, not the virtualenv's link to it
+    assert result["machine"]["interpreter"] == os.path.realpath(sys.executable)
     # the README's table is made from such files: a row for every figure of them
     done = subprocess.run(
         [sys.executable, str(TABLE), "--all", str(tmp_path / "bench.json"), str(tmp_path / "bench.json")],
