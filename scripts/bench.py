@@ -1223,8 +1223,7 @@ def machine() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "load_average": [round(x, 2) for x in load],
         "python": platform.python_version(),
-        # which build: pyenv's unoptimised one ran the decode 20-28 % slower
-        # than Debian's (scripts/setup.sh)
+        # which build ran the figures: builds differ in speed (scripts/setup.sh)
         "interpreter": os.path.realpath(sys.executable),
         "kernel": platform.release(),
     }

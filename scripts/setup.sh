@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what fmtfs needs on a Debian machine (as root), only what is
 # missing: Debian packages, then a virtualenv in .venv with fmtfs and its
-# test and profiling tools, and links `fmtfs` and `mount.fmtfs` into the system's paths
-# (mount(8) and mount.fuse3 look only there).  Sourced by scripts/test.sh
-# and scripts/demo.sh; idempotent.
+# test and profiling tools, and links `fmtfs` and `mount.fmtfs` into the
+# system's paths (mount(8) and mount.fuse3 look only there).  Sourced by
+# scripts/test.sh and scripts/demo.sh; idempotent.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${FMTFS_VENV:-$ROOT/.venv}"
@@ -33,10 +33,10 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 [ -e /dev/fuse ] || { echo "setup: /dev/fuse is missing (in Docker: --device /dev/fuse --cap-add SYS_ADMIN)" >&2; exit 1; }
 
-# Debian's python3, not the first python3 on PATH: Debian builds it with
-# profile-guided and link-time optimisation; a pyenv build has neither (and a
-# shared libpython), and ran fmtfs's decode 20-28 % slower here (README,
-# *Benchmarks*).  FMTFS_PYTHON names another interpreter.
+# Debian's python3, not the first python3 on PATH: a pyenv build (configured
+# without --enable-optimizations, with a shared libpython) ran `fmtfs cat`
+# 0.81 s where Debian's took 0.64 s (README, *Benchmarks*).  FMTFS_PYTHON
+# names another interpreter.
 PYTHON="${FMTFS_PYTHON:-/usr/bin/python3}"
 [ -x "$PYTHON" ] || PYTHON="$(command -v python3)"
 # a virtualenv made by another interpreter (an older set-up's) is made anew
