@@ -44,6 +44,7 @@ CREATE TABLE IF NOT EXISTS streams (
     inode INTEGER NOT NULL,
     size INTEGER NOT NULL,
     mtime_ns INTEGER NOT NULL,
+    epoch TEXT NOT NULL,  -- StreamEntry.epoch
     UNIQUE (source, name)
 );
 CREATE TABLE IF NOT EXISTS chunks (
@@ -85,7 +86,8 @@ CREATE TABLE IF NOT EXISTS derived (
 """
 
 # Bump when the tables change shape: an older cache is dropped and rebuilt.
-SCHEMA_VERSION = 4  # 4: kept pieces name their store by its id, not its inode
+# 4: kept pieces name their store by its id, not its inode; 5: streams' epoch
+SCHEMA_VERSION = 5
 
 # Scans of this many bytes in all start the decode workers at once when
 # update_all() is given a pool; smaller ones start them only once this
@@ -464,13 +466,14 @@ class Index:
 
     def _load(self, stream: Stream, identity: FileIdentity) -> StreamEntry | None:
         row = self.db.execute(
-            "SELECT id, version, inode, size, mtime_ns FROM streams WHERE source=? AND name=?",
+            "SELECT id, version, inode, size, mtime_ns, epoch FROM streams WHERE source=? AND name=?",
             (self.source_key, stream.name),
         ).fetchone()
         if row is None or row[1] != self._version(stream):
             return None
         row_id = row[0]
-        entry = StreamEntry(stream, row_id, FileIdentity(str(stream.path), row[3], row[4], row[2]))
+        identity = FileIdentity(str(stream.path), row[3], row[4], row[2])
+        entry = StreamEntry(stream, row_id, identity, epoch=row[5])
         for start, end, state, count, tmin, tmax in self.db.execute(
             "SELECT start, end_, state, count, tmin, tmax FROM chunks WHERE stream=? ORDER BY seq", (row_id,)
         ):
@@ -502,11 +505,16 @@ class Index:
         ).fetchone()
         if cur is not None:
             self._delete_rows(cur[0])
+        # the file as this scan from its start finds it: a file rewritten in
+        # place (another size or time) may give a view the very pieces it had,
+        # not the same bytes; the same file scanned again gives the same bytes
+        epoch = digest(identity)
         row_id = self.db.execute(
-            "INSERT INTO streams (source, name, version, inode, size, mtime_ns) VALUES (?,?,?,?,?,?)",
-            (self.source_key, stream.name, self._version(stream), identity.inode, 0, 0),
+            "INSERT INTO streams (source, name, version, inode, size, mtime_ns, epoch)"
+            " VALUES (?,?,?,?,?,?,?)",
+            (self.source_key, stream.name, self._version(stream), identity.inode, 0, 0, epoch),
         ).lastrowid
-        return _ScanJob(StreamEntry(stream, row_id, identity), None, None, identity)
+        return _ScanJob(StreamEntry(stream, row_id, identity, epoch=epoch), None, None, identity)
 
     def _resume(self, old: StreamEntry, identity: FileIdentity) -> _ScanJob:
         """A new entry, to be re-scanned from the start of the last chunk, so
@@ -539,6 +547,9 @@ class Index:
         chunk_rows = []
         piece_rows = []
         problem_rows = []
+        # a resumed entry shares its ViewPieces with the entry readers hold
+        # (StreamEntry): each view this scan adds to is copied first, once
+        grown: dict[str, ViewPieces] = {}
         for problem in scanned.problems:
             entry.problems.append(problem)
             problem_rows.append((entry.row_id, problem.offset, problem.file, problem.error))
@@ -550,9 +561,14 @@ class Index:
                 (entry.row_id, seq, item.start, item.end, orjson.dumps(item.state), item.count, tmin, tmax)
             )
             for view, length in item.lengths.items():
-                entry.views.setdefault(view, ViewPieces()).add(seq, length)
                 if not length:
+                    entry.views.setdefault(view, ViewPieces())
                     continue
+                pieces = grown.get(view)
+                if pieces is None:
+                    shared = entry.views.get(view)
+                    pieces = grown[view] = entry.views[view] = shared.copy() if shared else ViewPieces()
+                pieces.add(seq, length)
                 kept = item.kept.get(view)
                 if kept is None:
                     piece_rows.append((entry.row_id, view, seq, length, None, None, None, None))

@@ -17,7 +17,6 @@ from fmtfs.decoders import DecodePool
 from fmtfs.digest import digest
 from fmtfs.entries import StreamEntry
 from fmtfs.formats.base import (
-    FileIdentity,
     Format,
     PiecedRender,
     Problem,
@@ -67,9 +66,30 @@ def check_interval(cost: float) -> float:
     return min(MAX_REFRESH_INTERVAL, max(REFRESH_INTERVAL, cost / CHECK_SHARE))
 
 
-def _identity_of(view: ViewFile) -> FileIdentity | None:
-    """The native file's identity behind an indexed view."""
-    return view.entry.identity if isinstance(view, IndexedFile) else None
+def _changed(before: dict[str, ViewFile], now: dict[str, ViewFile]) -> set[str]:
+    """The paths whose size or bytes a rebuild changed (for the FUSE layer:
+    kept pages of them must go): views gone or new, derived and meta views
+    (computed from the whole source), indexed views whose pieces changed,
+    and the Parquet twins of all those (a twin follows its view).  Growth
+    of a stream changes only the views it reaches: an append to a log of
+    26,000 hour buckets reported them all, and every twin, at every look."""
+    changed = {p for p in before if p not in now}
+    changed |= {
+        p for p, f in now.items() if not isinstance(f, ParquetFile) and not _same_state(before.get(p), f)
+    }
+    changed |= {
+        p for p, f in now.items() if isinstance(f, ParquetFile) and (p not in before or f.view in changed)
+    }
+    return changed
+
+
+def _same_state(before: ViewFile | None, now: ViewFile) -> bool:
+    """Whether an indexed view holds the same bytes as before a rebuild."""
+    return (
+        isinstance(before, IndexedFile)
+        and isinstance(now, IndexedFile)
+        and before.entry.view_state(before.view) == now.entry.view_state(now.view)
+    )
 
 
 class SourceTree:
@@ -124,9 +144,10 @@ class SourceTree:
         # (watch_source: a mount's, not a one-shot `fmtfs cat`'s)
         self.watch: SourceWatch | None = None
         self.generation = 0  # bumps whenever the tree is rebuilt
-        # when the tree was last used (monotonic: a view read or opened, a
-        # folder listed): the twin builder waits for a quiet tree.  A tree
-        # is opened to be used: a mount counts as busy from its start, or a
+        # when the tree was last used (monotonic: a view read, opened or
+        # written, a folder listed): the twin builder waits for a quiet
+        # tree.  A tree is opened to be used: a mount counts as busy from
+        # its start (start_builder marks it again once it serves), or a
         # Spark job right after `fmtfs mount` met a builder that had started
         # on all of wallaby's 5,195 twins (12 s of CPU beside its first
         # query: 2.6x the plain folder instead of 1.4x)
@@ -194,22 +215,11 @@ class SourceTree:
             log.debug("the source changed: re-indexing")  # tests count these
             # the newest modification time among the native files (every stat shows it)
             self.mtime_ns = max((item[2] for item in snapshot), default=0)
-            before = {p: f for p, f in self.files.items() if not isinstance(f, ParquetFile)}
+            before = self.files
             self._rebuild(digest(snapshot))
             self.generation += 1
-            changed = {p for p in before if p not in self.files or not isinstance(before[p], IndexedFile)}
-            # an indexed view changed when its stream's file did (kept pages
-            # of it must go: FUSE opens keep the page cache)
-            changed |= {
-                p
-                for p, f in before.items()
-                if isinstance(f, IndexedFile)
-                and p in self.files
-                and _identity_of(self.files[p]) != f.entry.identity
-            }
-            changed |= {p for p in self.files if p not in before}
             self._checked_at(started)
-            return changed
+            return _changed(before, self.files)
 
     def poll(self) -> set[str]:
         """The mount's poller's look, every second, whatever the rate limit
@@ -283,6 +293,7 @@ class SourceTree:
         refresh() looks at them whatever the rate limit says."""
         self.checked = float("-inf")
         self.last_write = time.monotonic()
+        self.used()
 
     def due(self) -> bool:
         """Whether a refresh() would look at the source now (else it is a no-op)."""

@@ -12,7 +12,9 @@ import time
 from pathlib import Path
 
 from fmtfs import twinbuilder
+from fmtfs.formats import open_source
 from fmtfs.samples.wallaby import generate as wallaby_sample
+from fmtfs.views import SourceTree
 from tests.mounting import mounted
 
 
@@ -37,3 +39,23 @@ def test_a_mount_builds_no_twin_while_it_is_listed_and_opened_then_builds_them(t
         while len(twin_files(cache)) < len(views) + 1 and time.monotonic() < deadline:
             time.sleep(0.2)
         assert len(twin_files(cache)) == len(views) + 1  # every bucket and records.jsonl
+
+
+def test_the_quiet_time_counts_from_serving_and_a_write_is_use(tmp_path: Path) -> None:
+    """A first mount's index build may outlast the quiet time (100 MB of
+    wallaby: 2.4 s): the builder's wait counts from when the mount serves
+    (start_builder), not from the tree's opening, and a write through the
+    mount keeps it waiting as a read does."""
+    (tmp_path / "src").mkdir()
+    tree = SourceTree(open_source(wallaby_sample(tmp_path / "src", 2000), None, {}), tmp_path / "cache")
+    try:
+        tree.last_use -= 10 * twinbuilder.QUIET_SECONDS  # the tree opened long ago
+        builder = twinbuilder.start_builder(tree)
+        builder.stop()
+        assert builder._busy()
+        tree.last_use -= 10 * twinbuilder.QUIET_SECONDS
+        assert not builder._busy()
+        tree.wrote()
+        assert builder._busy()
+    finally:
+        tree.close()

@@ -195,6 +195,36 @@ def test_listing_prebuilt_twins_builds_nothing(tmp_path: Path) -> None:
         assert cache_state(cache) == before
 
 
+def test_an_append_rebuilds_the_twins_of_the_views_it_reached_alone(tmp_path: Path) -> None:
+    """A line appended through the mount (timed now: a new hour bucket)
+    gets the records view a new twin and the new bucket its first; the
+    twins of the log's 50 earlier hour buckets stay the files they were."""
+    (tmp_path / "src").mkdir()
+    source = wallaby_sample(tmp_path / "src", 3000)
+    cache = tmp_path / "cache"
+    tree = tree_of(source, cache)
+    twinbuilder.build_all(tree)
+    records_home = tree.files[TWIN].home.name
+    before = cache_state(cache)
+    earlier = {name: mtime for name, mtime in before.items() if not name.startswith(records_home)}
+    assert len(earlier) == len(before) - 1 > 40
+    with mounted(source, cache_dir=cache) as mnt:
+        with open(mnt / VIEW, "ab") as f:
+            f.write(orjson.dumps({"data": "now"}) + b"\n")
+
+        def rebuilt() -> dict[str, int] | None:
+            state = cache_state(cache)
+            new = set(state) - set(before)
+            homes = {name.split("/")[0] for name in new}
+            return state if len(new) == 2 and records_home in homes else None
+
+        wait_for(rebuilt, "the records view's new twin and the new bucket's")
+        time.sleep(1.5)  # the builder's next look must find nothing more to do
+        after = cache_state(cache)
+    assert {name: after.get(name) for name in earlier} == earlier
+    assert len(set(after) - set(before)) == 2
+
+
 def test_a_growing_view_gets_a_new_twin_and_size_and_bytes_always_agree(tmp_path: Path) -> None:
     (tmp_path / "src").mkdir()
     source = wallaby_sample(tmp_path / "src", 2000)

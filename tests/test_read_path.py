@@ -81,6 +81,29 @@ def test_an_entry_readers_hold_is_never_changed_by_a_refresh(source: Path, tmp_p
     assert grown.size() > size and grown.read(0, grown.size()).startswith(before)
 
 
+def test_growth_changes_the_views_it_reaches_and_no_other(tmp_path: Path) -> None:
+    """A record appended to a log of several chunks and hundreds of hour
+    buckets, timed in its first hour: the records view and that bucket
+    change (their identity, what refresh() reports); every other bucket
+    keeps its identity, so its Parquet twin and kept pages stay good; the
+    entry readers hold keeps its pieces (the bucket's grew in a copy)."""
+    source = _wallaby(tmp_path / "src", 20_000)
+    tree = SourceTree(open_source(source, None, {}), tmp_path / "cache")
+    held = tree.file(RECORDS).entry
+    assert len(held.chunks) > 2
+    buckets = sorted(p for p in held.views if p != RECORDS)
+    assert len(buckets) > 100
+    identities = {p: tree.file(p).identity() for p in [RECORDS, *buckets]}
+    pieces = {p: (list(v.seqs), list(v.ends)) for p, v in held.views.items()}
+    WallabyWriter(source / "events.log").write([{"time": START_NS, "data": "late"}])
+    changed = tree.refresh(force=True)
+    first = buckets[0]
+    assert changed & set(identities) == {RECORDS, first}
+    assert {p for p, was in identities.items() if tree.file(p).identity() != was} == {RECORDS, first}
+    assert {p: (v.seqs, v.ends) for p, v in held.views.items()} == pieces
+    assert tree.file(first).read(0, tree.file(first).size()).endswith(b'"data":"late"}\n')
+
+
 def reads_at_once(view, readers: int) -> list[bytes]:
     """The first `readers` 4 KiB blocks of `view`, each read by a thread of
     its own, all let go at once."""
