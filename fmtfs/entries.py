@@ -59,20 +59,20 @@ class StreamEntry:
     stream: Stream
     row_id: int
     identity: FileIdentity
-    chunks: list[ChunkMeta] = field(default_factory=list)
-    views: dict[str, ViewPieces] = field(default_factory=dict)
-    problems: list[Problem] = field(default_factory=list)
-    kept: dict[tuple[str, int], Kept] = field(default_factory=dict)  # (view, seq) -> its kept piece
     # the stream's identity when its scan last began at the start of the
     # file (fmtfs.index: an entry resumed from its last chunk, the file
     # having grown, keeps it): a view's identity is its epoch and its own
     # pieces, so growth that does not reach a view (an earlier hour bucket)
     # leaves its identity, its Parquet twin and its kept pages as they were
-    epoch: str = ""
+    epoch: str
+    chunks: list[ChunkMeta] = field(default_factory=list)
+    views: dict[str, ViewPieces] = field(default_factory=dict)
+    problems: list[Problem] = field(default_factory=list)
+    kept: dict[tuple[str, int], Kept] = field(default_factory=dict)  # (view, seq) -> its kept piece
 
     def view_state(self, view: str) -> tuple[str, ViewPieces | None]:
         """What a view's bytes depend on: equal states, equal bytes."""
-        return self.epoch or repr(self.identity), self.views.get(view)
+        return self.epoch, self.views.get(view)
 
     @property
     def record_count(self) -> int:

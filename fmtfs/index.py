@@ -473,7 +473,7 @@ class Index:
             return None
         row_id = row[0]
         identity = FileIdentity(str(stream.path), row[3], row[4], row[2])
-        entry = StreamEntry(stream, row_id, identity, epoch=row[5])
+        entry = StreamEntry(stream, row_id, identity, row[5])
         for start, end, state, count, tmin, tmax in self.db.execute(
             "SELECT start, end_, state, count, tmin, tmax FROM chunks WHERE stream=? ORDER BY seq", (row_id,)
         ):
@@ -514,7 +514,7 @@ class Index:
             " VALUES (?,?,?,?,?,?,?)",
             (self.source_key, stream.name, self._version(stream), identity.inode, 0, 0, epoch),
         ).lastrowid
-        return _ScanJob(StreamEntry(stream, row_id, identity, epoch=epoch), None, None, identity)
+        return _ScanJob(StreamEntry(stream, row_id, identity, epoch), None, None, identity)
 
     def _resume(self, old: StreamEntry, identity: FileIdentity) -> _ScanJob:
         """A new entry, to be re-scanned from the start of the last chunk, so
