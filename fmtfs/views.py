@@ -12,6 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from fmtfs import __version__, permissions
 from fmtfs.decoders import DecodePool
 from fmtfs.digest import digest
@@ -38,6 +40,8 @@ log = logging.getLogger("fmtfs")
 
 META_INFO = "_fmtfs.json"
 META_ERRORS = "_errors.jsonl"
+# the index's derived-cache key of the format's own problems() (no view is named so)
+FORMAT_PROBLEMS = "_format_problems"
 PARQUET_DIR = "parquet"
 # A fresh stat re-checks the native files at most this often, and spends at
 # most this share of the time checking: a check lists and stats every native
@@ -131,6 +135,9 @@ class SourceTree:
         self.dirs: dict[str, list[str]] = {"": []}
         self.created: set[str] = set()  # new views opened for writing, not yet in the source
         self.write_errors: list[Problem] = []
+        # the format's problems() and the source state they are of (_format_problems)
+        self.format_problems: tuple[str, list[Problem]] | None = None
+        self.problems_lock = threading.Lock()
         self.snapshot: tuple | None = None
         self.mtime_ns = 0
         self.entries: list[StreamEntry] = []
@@ -383,12 +390,32 @@ class SourceTree:
 
     def _add_meta_files(self, files: dict[str, ViewFile], deps: str) -> None:
         stamp = digest(deps, len(self.write_errors))
-        files[META_ERRORS] = BytesFile(lambda: self._errors(self.entries), digest(stamp, META_ERRORS))
-        files[META_INFO] = BytesFile(lambda: self._info(self.entries), digest(stamp, META_INFO))
+        entries = self.entries
+        files[META_ERRORS] = BytesFile(lambda: self._errors(entries, deps), digest(stamp, META_ERRORS))
+        files[META_INFO] = BytesFile(lambda: self._info(entries, deps), digest(stamp, META_INFO))
 
-    def _all_problems(self, entries: list[StreamEntry]) -> list[Problem]:
+    def _all_problems(self, entries: list[StreamEntry], deps: str) -> list[Problem]:
         problems = [p for e in entries for p in e.problems]
-        return problems + self.index_failures + self.format.problems() + self.write_errors
+        return problems + self.index_failures + self._format_problems(deps) + self.write_errors
+
+    def _format_problems(self, deps: str) -> list[Problem]:
+        """The format's problems() of the source as of `deps`: asked once per
+        state of the source and kept in the index across mounts.  gvfs reads
+        a whole tree for them (1.1 s for an 11.6 MB store), and every mount's
+        first `ls -l` of its root paid that twice, for the sizes of
+        _errors.jsonl and _fmtfs.json (2.25 s)."""
+        with self.problems_lock:
+            if self.format_problems is not None and self.format_problems[0] == deps:
+                return self.format_problems[1]
+            kept = self.index.derived_get(FORMAT_PROBLEMS, deps)
+            if kept is not None:
+                found = [Problem(file, offset, error) for file, offset, error in orjson.loads(kept)]
+            else:
+                found = self.format.problems()
+                rows = [(p.file, p.offset, p.error) for p in found]
+                self.index.derived_put(FORMAT_PROBLEMS, deps, orjson.dumps(rows))
+            self.format_problems = (deps, found)
+            return found
 
     def early_problems(self) -> list[Problem]:
         """What a command warns about before it serves or prints: the
@@ -399,18 +426,18 @@ class SourceTree:
         problems = [p for e in self.entries for p in e.problems]
         return problems + self.index_failures + self.format.early_problems() + self.write_errors
 
-    def _errors(self, entries: list[StreamEntry]) -> bytes:
+    def _errors(self, entries: list[StreamEntry], deps: str) -> bytes:
         return render_lines(
-            {"file": p.file, "offset": p.offset, "error": p.error} for p in self._all_problems(entries)
+            {"file": p.file, "offset": p.offset, "error": p.error} for p in self._all_problems(entries, deps)
         )
 
-    def _info(self, entries: list[StreamEntry]) -> bytes:
+    def _info(self, entries: list[StreamEntry], deps: str) -> bytes:
         document: dict[str, Any] = {
             "format": self.format.name,
             "source": str(self.format.source.resolve()),
             "streams": len(entries),
             "records": sum(e.record_count for e in entries),
-            "errors": len(self._all_problems(entries)),
+            "errors": len(self._all_problems(entries, deps)),
             "options": self.format.public_options() | {"read_only": self.readonly},
             "details": self.format.info(),
         }

@@ -210,3 +210,34 @@ assert cli.open_tree_showing_progress(args).entries
         "pyfuse3",
         "trio",
     }
+
+
+def test_gvfs_tree_damage_is_read_once_per_state_of_the_source(tmp_path: Path) -> None:
+    # the whole-tree read behind _errors.jsonl and _fmtfs.json (1.1 s for an
+    # 11.6 MB store) ran for each of them, at every mount's first `ls -l`
+    from fmtfs.formats import open_source
+    from fmtfs.views import META_ERRORS, META_INFO, SourceTree
+
+    source = _looping_gvfs_tree(tmp_path / "meta")
+    cache = tmp_path / "c"
+
+    def meta_files_and_reads() -> tuple[bytes, bytes, int]:
+        fmt = open_source(source, None, {})
+        reads = []
+        ask = fmt.problems
+        fmt.problems = lambda: reads.append(1) or ask()  # type: ignore[method-assign]
+        tree = SourceTree(fmt, cache)
+        try:
+            whole = [tree.read(path, 0, tree.size(path)) for path in (META_ERRORS, META_INFO)]
+        finally:
+            tree.close()
+        return whole[0], whole[1], len(reads)
+
+    errors, info, reads = meta_files_and_reads()
+    assert reads == 1 and b"loop" in errors
+    assert orjson.loads(info)["errors"] == len(errors.splitlines())
+    assert meta_files_and_reads() == (errors, info, 0)  # the next tree (mount) reads nothing
+    # another tree file: its problems are read again (none now)
+    (source / "home").write_bytes((FIXTURES / "gvfs" / "02-after-timer-flush" / "home").read_bytes())
+    errors_now, info_now, reads = meta_files_and_reads()
+    assert reads == 1 and b"loop" not in errors_now and orjson.loads(info_now)["errors"] == 0
