@@ -117,6 +117,13 @@ def _stream(name: str) -> Stream:
     return stream
 
 
+def worker_format() -> Format:
+    """In a worker: the worker's format, open on the pool's source (for
+    functions other modules run in the pool with DecodePool.run)."""
+    assert _format is not None
+    return _format
+
+
 def worker_stream(name: str) -> Stream:
     """In a worker: the stream `name` of the worker's source (for functions
     other modules run in the pool with DecodePool.run)."""

@@ -608,6 +608,14 @@ class Index:
             ).fetchone()
         return bytes(row[1]) if row is not None and row[0] == deps else None
 
+    def derived_has(self, path: str, deps: str) -> bool:
+        """Whether derived_get(path, deps) would find it (its bytes unread)."""
+        with self.lock:
+            row = self.db.execute(
+                "SELECT deps FROM derived WHERE source=? AND path=?", (self.source_key, path)
+            ).fetchone()
+        return row is not None and row[0] == deps
+
     def derived_put(self, path: str, deps: str, data: bytes) -> None:
         if len(data) > DERIVED_STORE_LIMIT:
             return

@@ -27,6 +27,7 @@ from fmtfs.formats.base import (
 )
 from fmtfs.index import Index, Progress
 from fmtfs.pieces import Pieces
+from fmtfs.prerender import Prerendered, problem_rows, render_pieces
 from fmtfs.render import render_document, render_lines
 from fmtfs.snapshot import snapshot_folder, source_snapshot
 from fmtfs.sourcewatch import SourceWatch
@@ -138,6 +139,8 @@ class SourceTree:
         # the format's problems() and the source state they are of (_format_problems)
         self.format_problems: tuple[str, list[Problem]] | None = None
         self.problems_lock = threading.Lock()
+        self.deps = ""  # the state of the source the tree shows (a digest of its snapshot)
+        self.prerendered = Prerendered()  # whole-source files rendered in the workers (decode_in_workers)
         self.snapshot: tuple | None = None
         self.mtime_ns = 0
         self.entries: list[StreamEntry] = []
@@ -173,12 +176,36 @@ class SourceTree:
         need them; workers its first index's scan started are let go."""
         if self.pool is None:
             self.pool = DecodePool(self.format)
-        if not self.index.all_kept():
+        ahead = self._to_render_ahead()
+        if not self.index.all_kept() or ahead:
             self.pool.start()
         elif self.pool.started:
             self.pool.close()
+        for key, job, args in ahead:
+            self.prerendered.start(self.pool, key, self.deps, self._keeper(key, self.deps), job, *args)
         self.index.reader.use_pool(self.pool)
         self.spill_evicted_pieces()
+
+    def _keeper(self, key: str, deps: str) -> Callable[[Any], None]:
+        """Where a job rendered ahead keeps its result: the derived cache."""
+        if key == FORMAT_PROBLEMS:
+            return lambda rows: self.index.derived_put(key, deps, orjson.dumps(rows))
+        return lambda blob: self.index.derived_put(key, deps, blob)
+
+    def _to_render_ahead(self) -> list[tuple[str, Callable, tuple]]:
+        """The jobs fmtfs.prerender runs in the workers as the mount starts:
+        each derived view rendered a piece at a time that the derived cache
+        lacks and, with them, the format's problems() if it lacks those
+        (the formats whose problems() are costly are those with such views;
+        for the others, starting the workers for them would cost more)."""
+        views = [
+            (path, render_pieces, (path,))
+            for path, render in self.format.derived_views().items()
+            if isinstance(render, PiecedRender) and not self.index.derived_has(path, self.deps)
+        ]
+        if views and not self.index.derived_has(FORMAT_PROBLEMS, self.deps):
+            views.append((FORMAT_PROBLEMS, problem_rows, ()))
+        return views
 
     def spill_evicted_pieces(self) -> None:
         """Pieces the rendered LRU evicts go to a scratch file under the
@@ -195,6 +222,7 @@ class SourceTree:
             self.watch = SourceWatch.of(snapshot_folder(self.format.source)[0])
 
     def close(self) -> None:
+        self.prerendered.cancel()
         if self.pool is not None:
             self.pool.close()
         if self.watch is not None:
@@ -307,6 +335,7 @@ class SourceTree:
         return time.monotonic() - self.checked >= self.interval
 
     def _rebuild(self, deps: str) -> None:
+        self.deps = deps
         files: dict[str, ViewFile] = {}
         streams = self.format.streams()
         entries: list[StreamEntry] = []
@@ -360,6 +389,8 @@ class SourceTree:
 
         def cached() -> bytes | list[Record] | Pieces:
             data = self.index.derived_get(path, deps)
+            if data is None:
+                data = self.prerendered.result(path, deps)  # kept by the index already
             if data is not None:
                 pieces = Pieces.from_blob(data)
                 return data if pieces is None else pieces
@@ -408,8 +439,9 @@ class SourceTree:
             if self.format_problems is not None and self.format_problems[0] == deps:
                 return self.format_problems[1]
             kept = self.index.derived_get(FORMAT_PROBLEMS, deps)
-            if kept is not None:
-                found = [Problem(file, offset, error) for file, offset, error in orjson.loads(kept)]
+            rows = orjson.loads(kept) if kept is not None else self.prerendered.result(FORMAT_PROBLEMS, deps)
+            if rows is not None:  # kept by the index, if rendered ahead: _keeper
+                found = [Problem(file, offset, error) for file, offset, error in rows]
             else:
                 found = self.format.problems()
                 rows = [(p.file, p.offset, p.error) for p in found]
