@@ -27,9 +27,9 @@ from typing import Any
 
 # the figures the README shows, in its order and words (--all: every figure)
 TITLES = {
-    "first_mount": "first mount (index build, pieces kept) vs plain loop",
-    "cold_cat": "cold `cat` of every view, fresh mount, vs plain loop",
-    "cold_cat_decoding": "cold `cat`, decoding (`--rendered-cache off`)",
+    "first_mount": "first mount (index build, pieces kept) until every view's size is known, vs plain loop",
+    "cold_cat": "cold `cat` of every view, fresh mount, from their first stat, vs plain loop",
+    "cold_cat_decoding": "cold `cat`, decoding (`--rendered-cache off`, a cache of its own)",
     "warm_cat": "warm `cat` vs regular file (best of 9 each, in turn)",
     "peak_rss_mb": "peak memory (PSS), mount + workers, while `cat`ting",
     "ls_1000": "`ls -l` of 1,000 stream views, second mount (median of 3 mounts)",

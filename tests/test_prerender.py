@@ -13,7 +13,7 @@ from fmtfs.formats import open_source
 from fmtfs.formats.base import Format, PiecedRender
 from fmtfs.prerender import Prerendered
 from fmtfs.samples.gvfs import generate
-from fmtfs.views import META_ERRORS, META_INFO, SourceTree
+from fmtfs.views import META_ERRORS, META_INFO, RENDER_AHEAD_BYTES, SourceTree
 
 METADATA = "home/metadata.jsonl"
 ROOT_METADATA = "root/metadata.jsonl"  # the sample's other tree, a small one
@@ -40,7 +40,8 @@ def _whole(tree: SourceTree, path: str) -> bytes:
 
 
 def test_a_mount_renders_the_metadata_view_and_the_problems_in_its_workers(tmp_path: Path) -> None:
-    source = generate(tmp_path / "src", 6000)
+    source = generate(tmp_path / "src", 30_000)
+    assert (source / "home").stat().st_size >= RENDER_AHEAD_BYTES > (source / "root").stat().st_size
     paths = (METADATA, ROOT_METADATA, META_ERRORS, META_INFO)
     here = SourceTree(open_source(source, None, {}), tmp_path / "here")
     expected = {path: _whole(here, path) for path in paths}
@@ -54,7 +55,10 @@ def test_a_mount_renders_the_metadata_view_and_the_problems_in_its_workers(tmp_p
         assert {path: _whole(mounted, path) for path in paths} == expected
     finally:
         mounted.close()
-    assert calls == []  # neither rendered in the mount's own process
+    # home's view and the problems were rendered in the workers; root's tree
+    # is small, its view rendered when read, in process, as without workers
+    assert calls == [ROOT_METADATA]
+    calls.clear()
 
     # kept in the index: the next mount starts no job and renders nothing
     again = SourceTree(_counting(open_source(source, None, {}), calls), tmp_path / "cache")
