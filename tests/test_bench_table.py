@@ -56,7 +56,7 @@ def test_bold_only_when_every_run_meets(tmp_path: Path) -> None:
     lines = table(tmp_path, [a, b])
     assert lines[0] == "| figure | target | wallaby 20 MB |"
     assert row(lines, "first mount") == [
-        "first mount (index build, pieces kept) vs plain loop",
+        "first mount (index build, pieces kept) until every view's size is known, vs plain loop",
         "≥ 1.0",
         "1.04 / 0.999",  # not bold, and not rounded up to a pass
     ]
