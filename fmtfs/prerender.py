@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from typing import Any
 
 from fmtfs.decoders import DecodePool, worker_format
-from fmtfs.formats.base import PiecedRender
+from fmtfs.formats.base import PiecedRender, Problem
 from fmtfs.pieces import Pieces
 
 log = logging.getLogger("fmtfs")
@@ -39,9 +39,14 @@ def render_pieces(path: str) -> bytes:
     return Pieces.of(render.pieces()).blob()
 
 
+def rows_of(problems: list[Problem]) -> list[tuple[str, int, str]]:
+    """Problems as (file, offset, error) rows: what the derived cache keeps."""
+    return [(p.file, p.offset, p.error) for p in problems]
+
+
 def problem_rows() -> list[tuple[str, int, str]]:
-    """In a worker: the format's problems(), as (file, offset, error) rows."""
-    return [(p.file, p.offset, p.error) for p in worker_format().problems()]
+    """In a worker: the format's problems(), as rows_of gives them."""
+    return rows_of(worker_format().problems())
 
 
 class Prerendered:

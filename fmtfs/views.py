@@ -27,7 +27,7 @@ from fmtfs.formats.base import (
 )
 from fmtfs.index import Index, Progress
 from fmtfs.pieces import Pieces
-from fmtfs.prerender import Prerendered, problem_rows, render_pieces
+from fmtfs.prerender import Prerendered, problem_rows, render_pieces, rows_of
 from fmtfs.render import render_document, render_lines
 from fmtfs.snapshot import snapshot_folder, source_snapshot
 from fmtfs.sourcewatch import SourceWatch
@@ -459,12 +459,10 @@ class SourceTree:
                 return self.format_problems[1]
             kept = self.index.derived_get(FORMAT_PROBLEMS, deps)
             rows = orjson.loads(kept) if kept is not None else self.prerendered.result(FORMAT_PROBLEMS, deps)
-            if rows is not None:  # kept by the index, if rendered ahead: _keeper
-                found = [Problem(file, offset, error) for file, offset, error in rows]
-            else:
-                found = self.format.problems()
-                rows = [(p.file, p.offset, p.error) for p in found]
-                self.index.derived_put(FORMAT_PROBLEMS, deps, orjson.dumps(rows))
+            if rows is None:  # neither kept nor rendered ahead (a rendered job kept them: _keeper)
+                rows = rows_of(self.format.problems())
+                self._keeper(FORMAT_PROBLEMS, deps)(rows)
+            found = [Problem(file, offset, error) for file, offset, error in rows]
             self.format_problems = (deps, found)
             return found
 
