@@ -53,6 +53,17 @@ class Pieces:
                 ends.append(size)
         return cls(packed, ends)
 
+    @classmethod
+    def joined(cls, runs: list[Pieces]) -> Pieces:
+        """The pieces of consecutive runs of a view's lines, as one view."""
+        packed: list[bytes] = []
+        ends: list[int] = []
+        for run in runs:
+            size = ends[-1] if ends else 0
+            packed += run._packed
+            ends += [size + end for end in run._ends]
+        return cls(packed, ends)
+
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
 

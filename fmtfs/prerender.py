@@ -12,6 +12,14 @@ them missing from the index's derived cache starts them in its workers
 before it serves, one job each, so they render at once on every core
 while the kernel mounts; the first look waits for its own job only.
 
+A view whose format can cut it in runs of lines (PiecedRender.part: gvfs
+cuts its tree walk by path) is rendered by every worker at once, a run
+each, the runs' pieces joined in order: an 11.6 MB gvfs tree's view in
+about half the time of one walk.  A job checks that the source is in the
+state the mount saw before and after it renders: runs rendered from two
+states would not join into one view (it fails, and the view is rendered
+in process when looked at).
+
 Only the first tree of a mount is rendered ahead: a source that changes
 later has its views rendered when next looked at, as before (the workers
 may not be up then, and starting them costs a second)."""
@@ -21,22 +29,39 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass
 from typing import Any
 
 from fmtfs.decoders import DecodePool, worker_format
+from fmtfs.digest import digest
 from fmtfs.formats.base import PiecedRender, Problem
 from fmtfs.pieces import Pieces
+from fmtfs.snapshot import source_snapshot
 
 log = logging.getLogger("fmtfs")
 
 
-def render_pieces(path: str) -> bytes:
-    """In a worker: the derived view `path` rendered, as a blob of pieces
-    (Pieces.blob, what the derived cache keeps)."""
+class SourceChanged(Exception):
+    """The source is no longer in the state a job was to render."""
+
+
+def _check_state(deps: str) -> None:
+    if digest(source_snapshot(worker_format().source)) != deps:
+        raise SourceChanged(deps)
+
+
+def render_part(path: str, part: int, parts: int, deps: str) -> bytes:
+    """In a worker: the `part`-th of `parts` runs of the derived view
+    `path` (all of it for one), as a blob of pieces (Pieces.blob, what the
+    derived cache keeps), of the source in state `deps`."""
+    _check_state(deps)
     render = worker_format().derived_views()[path]
     assert isinstance(render, PiecedRender)
-    return Pieces.of(render.pieces()).blob()
+    pieces = render.pieces() if parts == 1 or render.part is None else render.part(part, parts)
+    blob = Pieces.of(pieces).blob()
+    _check_state(deps)
+    return blob
 
 
 def rows_of(problems: list[Problem]) -> list[tuple[str, int, str]]:
@@ -44,9 +69,88 @@ def rows_of(problems: list[Problem]) -> list[tuple[str, int, str]]:
     return [(p.file, p.offset, p.error) for p in problems]
 
 
-def problem_rows() -> list[tuple[str, int, str]]:
-    """In a worker: the format's problems(), as rows_of gives them."""
-    return rows_of(worker_format().problems())
+def problem_rows(deps: str) -> list[tuple[str, int, str]]:
+    """In a worker: the format's problems(), as rows_of gives them, of the
+    source in state `deps`."""
+    _check_state(deps)
+    rows = rows_of(worker_format().problems())
+    _check_state(deps)
+    return rows
+
+
+def joined_blobs(blobs: list[bytes]) -> bytes:
+    """The blobs of render_part's runs as the blob of the whole view."""
+    if len(blobs) == 1:
+        return blobs[0]
+    return Pieces.joined([Pieces.from_blob(blob) for blob in blobs]).blob()  # type: ignore[misc]
+
+
+def _only(results: list[Any]) -> Any:
+    return results[0]
+
+
+@dataclass(frozen=True)
+class Ahead:
+    """One thing a mount renders ahead: its key in the derived cache, the
+    jobs that render it (module-level functions and their arguments, run
+    in the workers at once) and how their results make its value."""
+
+    key: str
+    jobs: list[tuple[Callable[..., Any], tuple]]
+    combine: Callable[[list[Any]], Any] = _only
+
+    @classmethod
+    def view(cls, path: str, render: PiecedRender, workers: int, deps: str) -> Ahead:
+        """A derived view, in a run per worker if its format can cut it."""
+        parts = workers if render.part is not None else 1
+        return cls(path, [(render_part, (path, i, parts, deps)) for i in range(parts)], joined_blobs)
+
+    @classmethod
+    def problems(cls, key: str, deps: str) -> Ahead:
+        return cls(key, [(problem_rows, (deps,))])
+
+    def start(self, pool: DecodePool) -> Future:
+        """Send the jobs to the workers: a future of the combined result."""
+        return _gathered([pool.run(job, *args) for job, args in self.jobs], self.combine)
+
+
+def _gathered(jobs: list[Future], combine: Callable[[list[Any]], Any]) -> Future:
+    """A future of combine(the jobs' results), done once every job is: with
+    the first error any job met; cancelling it cancels the jobs."""
+    if len(jobs) == 1 and combine is _only:
+        return jobs[0]
+    out: Future = Future()
+    left = [len(jobs)]
+    lock = threading.Lock()
+
+    def one_done(_: Future) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        try:
+            value = combine([job.result() for job in jobs])
+        except Exception as exc:  # noqa: BLE001 - a job's error (or cancellation) is the whole's
+            _settle(out.set_exception, exc)
+        else:
+            _settle(out.set_result, value)
+
+    def cancelled(_: Future) -> None:
+        if out.cancelled():
+            for job in jobs:
+                job.cancel()
+
+    out.add_done_callback(cancelled)
+    for job in jobs:
+        job.add_done_callback(one_done)
+    return out
+
+
+def _settle(setter: Callable[[Any], None], value: Any) -> None:
+    try:
+        setter(value)
+    except InvalidStateError:
+        pass  # cancelled meanwhile
 
 
 class Prerendered:
@@ -62,9 +166,10 @@ class Prerendered:
         self._lock = threading.Lock()
         self._closed = False
 
-    def start(self, pool: DecodePool, key: str, deps: str, keep: Callable[[Any], None], job, *args) -> None:
-        """Run `job(*args)` (a module-level function) in a worker for `key`."""
-        running = pool.run(job, *args)
+    def start(self, pool: DecodePool, ahead: Ahead, deps: str, keep: Callable[[Any], None]) -> None:
+        """Render `ahead` in the workers, for the source in state `deps`."""
+        key = ahead.key
+        running = ahead.start(pool)
         with self._lock:
             self._jobs[key, deps] = (running, keep)
         running.add_done_callback(lambda _: self._keep((key, deps)))

@@ -27,7 +27,7 @@ from fmtfs.formats.base import (
 )
 from fmtfs.index import Index, Progress
 from fmtfs.pieces import Pieces
-from fmtfs.prerender import Prerendered, problem_rows, render_pieces, rows_of
+from fmtfs.prerender import Ahead, Prerendered, rows_of
 from fmtfs.render import render_document, render_lines
 from fmtfs.snapshot import snapshot_folder, source_snapshot
 from fmtfs.sourcewatch import SourceWatch
@@ -187,8 +187,8 @@ class SourceTree:
             self.pool.start()
         elif self.pool.started:
             self.pool.close()
-        for key, job, args in ahead:
-            self.prerendered.start(self.pool, key, self.deps, self._keeper(key, self.deps), job, *args)
+        for job in ahead:
+            self.prerendered.start(self.pool, job, self.deps, self._keeper(job.key, self.deps))
         self.index.reader.use_pool(self.pool)
         self.spill_evicted_pieces()
 
@@ -208,23 +208,26 @@ class SourceTree:
             return lambda rows: self.index.derived_put(key, deps, orjson.dumps(rows))
         return lambda blob: self.index.derived_put(key, deps, blob)
 
-    def _to_render_ahead(self) -> list[tuple[str, Callable, tuple]]:
-        """The jobs fmtfs.prerender runs in the workers as the mount starts:
+    def _to_render_ahead(self) -> list[Ahead]:
+        """What fmtfs.prerender renders in the workers as the mount starts:
         each derived view rendered a piece at a time that the derived cache
-        lacks and, with them, the format's problems() if it lacks those
-        (the formats whose problems() are costly are those with such views;
-        for the others, starting the workers for them would cost more).
-        Only views of RENDER_AHEAD_BYTES of native files or more."""
-        views = [
-            (path, render_pieces, (path,))
+        lacks (in a run per worker, if its format can cut it) and, with
+        them, the format's problems() if it lacks those (the formats whose
+        problems() are costly are those with such views; for the others,
+        starting the workers for them would cost more).  Only views of
+        RENDER_AHEAD_BYTES of native files or more; the views first, so
+        that the workers render them before the problems."""
+        assert self.pool is not None
+        ahead = [
+            Ahead.view(path, render, self.pool.workers, self.deps)
             for path, render in self.format.derived_views().items()
             if isinstance(render, PiecedRender)
             and self._native_bytes(path) >= RENDER_AHEAD_BYTES
             and not self.index.derived_has(path, self.deps)
         ]
-        if views and not self.index.derived_has(FORMAT_PROBLEMS, self.deps):
-            views.append((FORMAT_PROBLEMS, problem_rows, ()))
-        return views
+        if ahead and not self.index.derived_has(FORMAT_PROBLEMS, self.deps):
+            ahead.append(Ahead.problems(FORMAT_PROBLEMS, self.deps))
+        return ahead
 
     def spill_evicted_pieces(self) -> None:
         """Pieces the rendered LRU evicts go to a scratch file under the

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry
-from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model
+from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model, part_bounds
 from fmtfs.formats.gvfs.metadata import PIECE_LINES, metadata_pieces
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, OP_UNSET, Entry, MetaModel, Node
 from fmtfs.formats.gvfs.records import metadata_record
@@ -77,6 +77,45 @@ def test_lazy_lines_equal_the_whole_models(root, journal):
     assert lazy_rows(data, journal) == whole_model_rows(data, journal)
 
 
+def rows_in_parts(data: bytes, entries: list[Entry], parts: int) -> list[list]:
+    """The rows of each of `parts` runs of the view (part_bounds)."""
+    tree = LazyTree(data)
+    model = lazy_model(tree, entries)
+    runs = []
+    for part in range(parts):
+        bounds = part_bounds(model, tree, part, parts)
+        runs.append([] if bounds is None else list(keyed_rows(model, tree, *bounds)))
+    return runs
+
+
+# cut points: paths of the trees above and names next to them ("a b" has a
+# byte below "/", so a folder named "a" has lines after "/a b")
+cuts = st.one_of(
+    st.none(), paths, paths.map(lambda p: p + b" "), st.binary(max_size=6).map(lambda b: b"/" + b)
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(), st.lists(entries(), max_size=8), cuts, cuts)
+def test_a_range_of_the_lines_is_the_lines_in_it(root, journal, lo, hi):
+    data = build_tree(MetaModel(root), 0x12345678)
+    tree = LazyTree(data)
+    want = [
+        row
+        for row in whole_model_rows(data, journal)
+        if (lo is None or lo <= row[0]) and (hi is None or row[0] < hi)
+    ]
+    assert list(keyed_rows(lazy_model(tree, journal), tree, lo, hi)) == want
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(trees(), st.lists(entries(), max_size=8), st.integers(2, 5))
+def test_the_parts_of_the_lines_are_all_of_them_in_order(root, journal, parts):
+    data = build_tree(MetaModel(root), 0x12345678)
+    runs = rows_in_parts(data, journal, parts)
+    assert len(runs) == parts and [row for run in runs for row in run] == whole_model_rows(data, journal)
+
+
 def test_damaged_trees_read_lazily_as_whole():
     good = (FIXTURES / "gvfs" / "05-many-journal" / "home").read_bytes()
     compared = 0
@@ -88,6 +127,8 @@ def test_damaged_trees_read_lazily_as_whole():
         except TreeError:
             continue
         assert lazy_rows(bytes(damaged), []) == want, pos
+        if pos % 5 == 0:  # and cut in three parts (a fifth of them, for time)
+            assert [row for run in rows_in_parts(bytes(damaged), [], 3) for row in run] == want, pos
         compared += 1
     assert compared > len(good) // 2
 
@@ -131,6 +172,24 @@ def test_metadata_view_memory_stays_near_its_bytes(tmp_path):
     # the tree's bytes, the lines (and their copy into bytes) and one listing;
     # a whole model plus the records took 12x the lines
     assert peak < tree_bytes + 2 * len(lines) + (8 << 20), (peak, tree_bytes, len(lines))
+
+
+def test_a_big_tree_is_cut_in_even_parts(tmp_path):
+    """Two or three processes render a big view together: its runs joined
+    are the view, each about an even share of its lines, the first found
+    without reading the lines before it (a binary search in a folder of
+    10,000 files)."""
+    tree = big_tree(tmp_path, 40_000)
+    whole = b"".join(metadata_pieces(tree))
+    for parts in (2, 3):
+        runs = [b"".join(metadata_pieces(tree, part, parts)) for part in range(parts)]
+        assert b"".join(runs) == whole
+        shares = [run.count(b"\n") / 40_000 for run in runs]
+        assert all(abs(share - 1 / parts) < 0.02 for share in shares), shares
+    (tmp_path / "small").mkdir()
+    small = big_tree(tmp_path / "small", 3)  # 6 lines: more parts than a tree has cuts
+    small_runs = [b"".join(metadata_pieces(small, part, 16)) for part in range(16)]
+    assert b"".join(small_runs) == b"".join(metadata_pieces(small)) and small_runs[-1] == b""
 
 
 def test_metadata_view_is_held_as_compressed_pieces(tmp_path):

@@ -9,10 +9,16 @@ from __future__ import annotations
 from concurrent.futures import Future
 from pathlib import Path
 
+import pytest
+
+from fmtfs.decoders import DecodePool
+from fmtfs.digest import digest
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Format, PiecedRender
-from fmtfs.prerender import Prerendered
+from fmtfs.pieces import Pieces
+from fmtfs.prerender import Ahead, Prerendered, SourceChanged, _gathered
 from fmtfs.samples.gvfs import generate
+from fmtfs.snapshot import source_snapshot
 from fmtfs.views import META_ERRORS, META_INFO, RENDER_AHEAD_BYTES, SourceTree
 
 METADATA = "home/metadata.jsonl"
@@ -25,7 +31,7 @@ def _counting(fmt: Format, calls: list[str]) -> Format:
     derived, problems = fmt.derived_views, fmt.problems
 
     def counted(path: str, render: PiecedRender) -> PiecedRender:
-        return PiecedRender(lambda: (calls.append(path), render.pieces())[1])
+        return PiecedRender(lambda: (calls.append(path), render.pieces())[1], render.part)
 
     fmt.derived_views = lambda: {  # type: ignore[method-assign]
         path: counted(path, render) if isinstance(render, PiecedRender) else render
@@ -98,6 +104,10 @@ def test_a_result_is_taken_once() -> None:
     assert jobs.result("view", "deps") is None and kept == [b"blob"]
 
 
+def _job() -> None:
+    """What the jobs of _Pool stand for (it runs none)."""
+
+
 class _Pool:
     """Runs nothing: hands out the future the test completes itself."""
 
@@ -111,15 +121,52 @@ class _Pool:
 def test_a_result_is_kept_when_done_whether_asked_for_or_not() -> None:
     jobs, pool = Prerendered(), _Pool()
     kept: list[bytes] = []
-    jobs.start(pool, "view", "deps", kept.append, None)  # type: ignore[arg-type]
+    jobs.start(pool, Ahead("view", [(_job, ())]), "deps", kept.append)  # type: ignore[arg-type]
     assert kept == []
     pool.job.set_result(b"blob")
     assert kept == [b"blob"]  # done: kept, before anyone asks
     assert jobs.result("view", "deps") == b"blob" and kept == [b"blob"]  # once
-    jobs.start(pool := _Pool(), "running", "deps", kept.append, None)  # type: ignore[arg-type]
-    jobs.start(waiting := _Pool(), "waiting", "deps", kept.append, None)  # type: ignore[arg-type]
+    jobs.start(pool := _Pool(), Ahead("running", [(_job, ())]), "deps", kept.append)  # type: ignore[arg-type]
+    jobs.start(waiting := _Pool(), Ahead("waiting", [(_job, ())]), "deps", kept.append)  # type: ignore[arg-type]
     pool.job.set_running_or_notify_cancel()  # a worker has it: it cannot be cancelled
     jobs.cancel()
     assert waiting.job.cancelled()
     pool.job.set_result(b"late")
     assert kept == [b"blob"]  # nothing kept once cancelled (the index may be closed)
+
+
+def test_a_view_cut_in_runs_is_rendered_by_every_worker_as_one(tmp_path: Path) -> None:
+    source = generate(tmp_path / "src", 30_000)
+    fmt = open_source(source, None, {})
+    render = fmt.derived_views()[METADATA]
+    assert isinstance(render, PiecedRender) and render.part is not None
+    want = render()
+    pool = DecodePool(fmt, workers=3)
+    try:
+        ahead = Ahead.view(METADATA, render, 3, digest(source_snapshot(source)))
+        assert [args[1:3] for _, args in ahead.jobs] == [(0, 3), (1, 3), (2, 3)]
+        pieces = Pieces.from_blob(ahead.start(pool).result())
+        assert pieces is not None and pieces[0 : len(pieces)] == want
+        # a source that changed since the mount looked: no view of two states
+        stale = Ahead.view(METADATA, render, 3, "the state the mount saw")
+        with pytest.raises(SourceChanged):
+            stale.start(pool).result()
+    finally:
+        pool.close()
+
+
+def test_runs_gathered_fail_with_any_and_cancel_together() -> None:
+    first, second = Future(), Future()
+    whole = _gathered([first, second], sum)
+    first.set_result(1)
+    assert not whole.done()
+    second.set_result(2)
+    assert whole.result() == 3
+    first, second = Future(), Future()
+    whole = _gathered([first, second], sum)
+    first.set_exception(SourceChanged("x"))
+    second.set_result(2)
+    assert isinstance(whole.exception(), SourceChanged)
+    first, second = Future(), Future()
+    whole = _gathered([first, second], sum)
+    assert whole.cancel() and first.cancelled() and second.cancelled()

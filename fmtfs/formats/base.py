@@ -248,8 +248,16 @@ class PiecedRender:
     keeps them compressed (fmtfs.pieces), so neither the rendering nor the
     mount holds the view's records or its whole text."""
 
-    def __init__(self, pieces: Callable[[], Iterator[bytes]]) -> None:
+    def __init__(
+        self,
+        pieces: Callable[[], Iterator[bytes]],
+        part: Callable[[int, int], Iterator[bytes]] | None = None,
+    ) -> None:
         self.pieces = pieces
+        # part(i, n): the pieces of the i-th of n runs of the view's lines,
+        # which in order are pieces()'s lines; a format that can cut its
+        # view so has it rendered by n processes at once (fmtfs.prerender)
+        self.part = part
 
     def __call__(self) -> bytes:
         return b"".join(self.pieces())

@@ -167,9 +167,9 @@ class GvfsFormat(Format, card=CARD):
     def _metadata_renderer(tree_path: Path) -> PiecedRender:
         # lines a piece at a time, not records: the records of a big tree
         # held at once cost 15x their JSON (fmtfs.formats.gvfs.lazy)
-        def pieces() -> Iterator[bytes]:
+        def pieces(part: int = 0, parts: int = 1) -> Iterator[bytes]:
             try:
-                found = metadata_pieces(tree_path)
+                found = metadata_pieces(tree_path, part, parts)
                 first = next(found, None)  # the tree and journal are read here
             except (OSError, TreeError):
                 return  # reported by problems()
@@ -177,7 +177,7 @@ class GvfsFormat(Format, card=CARD):
                 yield first
                 yield from found
 
-        return PiecedRender(pieces)
+        return PiecedRender(pieces, part=pieces)
 
     def problems(self) -> list[Problem]:
         out = []

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
-from fmtfs.formats.gvfs.lazy import keyed_rows
+from fmtfs.formats.gvfs.lazy import keyed_rows, part_bounds
 from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.store import effective_model, read_state
 from fmtfs.formats.gvfs.tree import LazyTree
@@ -19,13 +19,19 @@ from fmtfs.jsonlines import render_lines
 PIECE_LINES = 2000
 
 
-def metadata_pieces(tree_path: Path) -> Iterator[bytes]:
+def metadata_pieces(tree_path: Path, part: int = 0, parts: int = 1) -> Iterator[bytes]:
     """The view's lines as the walk finds them, PIECE_LINES at a time: no
-    model of the tree, no list of records.  OSError or TreeError when the
-    tree cannot be read, before the first piece."""
+    model of the tree, no list of records; with `parts`, only the lines of
+    the `part`-th of that many runs of them (lazy.part_bounds), so that
+    `parts` processes render the view together.  OSError or TreeError when
+    the tree cannot be read, before the first piece."""
     state = read_state(tree_path, whole=False)
     assert isinstance(state.tree, LazyTree)
-    rows = keyed_rows(effective_model(state), state.tree)
+    model = effective_model(state)
+    bounds = part_bounds(model, state.tree, part, parts) if parts > 1 else (None, None)
+    if bounds is None:
+        return  # a tree too small for that many parts: the earlier ones have its lines
+    rows = keyed_rows(model, state.tree, *bounds)
     while True:
         with paused():  # the walk builds many small objects, none in a cycle
             piece = render_lines(metadata_record(*row) for row in islice(rows, PIECE_LINES))

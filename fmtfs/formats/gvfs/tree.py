@@ -253,6 +253,7 @@ class LazyTree:
         self.header, self._reader, self.keywords, self.root_dirent = _open(data)
         self.base = self.header.base
         self._owners: dict[int, int] | None = None
+        self._below: dict[int, int] = {}  # children block -> nodes below it (_find_owners)
         self._sorted_blocks: dict[int, bool] = {}
 
     def time(self, raw: int) -> int:
@@ -281,14 +282,7 @@ class LazyTree:
         r = self._reader
         n = r.array(children_off, 16) or 0
         if self._sorted(children_off, n):
-            lo, hi = 0, n
-            while lo < hi:
-                mid = (lo + hi) // 2
-                at = children_off + 4 + 16 * mid
-                if r.string(_U32S.unpack_from(r.data, at)[0]) < name:  # type: ignore[operator]
-                    lo = mid + 1
-                else:
-                    hi = mid
+            lo = self._first_at_least(children_off, n, name)
             at = children_off + 4 + 16 * lo
             if lo < n and r.string(_U32S.unpack_from(r.data, at)[0]) == name:
                 _, *dirent = _DIRENT.unpack_from(r.data, at)
@@ -300,22 +294,57 @@ class LazyTree:
                 found = (off, dirent)  # the last one, as read_tree keeps
         return found
 
-    def sorted_children(self, dirent_off: int, children_off: int) -> Iterator[tuple[int, bytes, Dirent]]:
-        """children() in name order, read from the bytes one at a time when
-        the block is sorted (a folder of 87,000 files held as a list took
-        25 MB); sorted in memory otherwise (damage)."""
+    def sorted_children(
+        self, dirent_off: int, children_off: int, start: bytes = b""
+    ) -> Iterator[tuple[int, bytes, Dirent]]:
+        """children() in name order from the first named `start` or later,
+        read from the bytes one at a time when the block is sorted (a
+        folder of 87,000 files held as a list took 25 MB; a part of a view
+        starts in the middle of one by a binary search); sorted in memory
+        otherwise (damage)."""
         if not self._owns(dirent_off, children_off):
             return iter(())
         r = self._reader
         n = r.array(children_off, 16) or 0
         if not self._sorted(children_off, n):
             last = {name: (off, name, d) for off, name, d in self.children(dirent_off, children_off)}
-            return iter([last[name] for name in sorted(last)])
-        return self._in_order(children_off, n)
+            return iter([last[name] for name in sorted(last) if name >= start])
+        return self._in_order(children_off, n, self._first_at_least(children_off, n, start) if start else 0)
 
-    def _in_order(self, children_off: int, n: int) -> Iterator[tuple[int, bytes, Dirent]]:
+    def flat_child_name(self, dirent_off: int, children_off: int, index: int) -> bytes | None:
+        """The name of the `index`-th child in name order, when that is
+        where the child's lines are: a sorted block none of whose children
+        has children (None otherwise)."""
+        if not self._owns(dirent_off, children_off):
+            return None
+        n = self._reader.array(children_off, 16) or 0
+        if not 0 <= index < n or self._below[children_off] != n or not self._sorted(children_off, n):
+            return None
+        return self._name_at(children_off, index)
+
+    def nodes_below(self, dirent_off: int, children_off: int) -> int:
+        """How many nodes are below a node (its children, theirs, ...), as
+        read_tree would read them; 0 for a block it does not read there."""
+        return self._below.get(children_off, 0) if self._owns(dirent_off, children_off) else 0
+
+    def _name_at(self, children_off: int, index: int) -> bytes | None:
+        r = self._reader
+        return r.string(_U32S.unpack_from(r.data, children_off + 4 + 16 * index)[0])
+
+    def _first_at_least(self, children_off: int, n: int, name: bytes) -> int:
+        """The index of the first child named `name` or later (a sorted block)."""
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._name_at(children_off, mid) < name:  # type: ignore[operator]  # checked by _sorted
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _in_order(self, children_off: int, n: int, first: int = 0) -> Iterator[tuple[int, bytes, Dirent]]:
         r, unpack = self._reader, _DIRENT.unpack_from
-        for at in range(children_off + 4, children_off + 4 + 16 * n, 16):
+        for at in range(children_off + 4 + 16 * first, children_off + 4 + 16 * n, 16):
             name_off, *dirent = unpack(r.data, at)
             yield at, r.string(name_off), tuple(dirent)  # type: ignore[misc]  # checked by _sorted
 
@@ -353,16 +382,22 @@ class LazyTree:
         in _walk's order, visiting only folders: a child whose children
         block is empty or invalid reads nothing, so neither its name nor
         its place on the stack changes who reads what (a third of the
-        time of a walk of every node)."""
+        time of a walk of every node).  It counts the nodes below each
+        block on the way (`_below`: where a view's parts split, a tree's
+        lines in even runs)."""
         r, data, size = self._reader, self._reader.data, self._reader.size
         seen: dict[int, int] = {}
-        stack = [(self.header.root, self.root_dirent[0])]
+        below_count: dict[int, int] = {}
+        parents: list[tuple[int, int]] = []  # (block, the block it is in), in reading order
+        stack = [(self.header.root, self.root_dirent[0], 0)]
         while stack:
-            dirent_off, children_off = stack.pop()
+            dirent_off, children_off, parent = stack.pop()
             n = r.array(children_off, 16) if children_off else None
             if not n or children_off in seen:
                 continue
             seen[children_off] = dirent_off
+            below_count[children_off] = n
+            parents.append((children_off, parent))
             flat = struct.unpack_from(f">{4 * n}I", data, children_off + 4)
             for i in range(0, 4 * n, 4):
                 below = flat[i + 1]
@@ -372,7 +407,11 @@ class LazyTree:
                     and data[below : below + 4] != b"\0\0\0\0"
                     and r.string(flat[i]) is not None
                 ):
-                    stack.append((children_off + 4 + 4 * i, below))
+                    stack.append((children_off + 4 + 4 * i, below, children_off))
+        for block, parent in reversed(parents):  # a block's count is whole before its parent's
+            if parent:
+                below_count[parent] += below_count[block]
+        self._below = below_count
         return seen
 
     def problems(self) -> list[tuple[int, str]]:
