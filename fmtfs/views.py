@@ -215,8 +215,9 @@ class SourceTree:
         them, the format's problems() if it lacks those (the formats whose
         problems() are costly are those with such views; for the others,
         starting the workers for them would cost more).  Only views of
-        RENDER_AHEAD_BYTES of native files or more; the views first, so
-        that the workers render them before the problems."""
+        RENDER_AHEAD_BYTES of native files or more.  The problems first:
+        a listing of the mount's root waits for them, and they are quick
+        but for a damaged source (gvfs: a check of the tree's pointers)."""
         assert self.pool is not None
         ahead = [
             Ahead.view(path, render, self.pool.workers, self.deps)
@@ -226,7 +227,7 @@ class SourceTree:
             and not self.index.derived_has(path, self.deps)
         ]
         if ahead and not self.index.derived_has(FORMAT_PROBLEMS, self.deps):
-            ahead.append(Ahead.problems(FORMAT_PROBLEMS, self.deps))
+            ahead.insert(0, Ahead.problems(FORMAT_PROBLEMS, self.deps))
         return ahead
 
     def spill_evicted_pieces(self) -> None:

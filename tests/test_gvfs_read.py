@@ -13,7 +13,8 @@ from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.ghash import SlotOrder, str_hash
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry, read_journal, verify_entry
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV
-from fmtfs.formats.gvfs.tree import TreeError, build_tree, read_header, read_tree
+from fmtfs.formats.gvfs.tree import LazyTree, TreeError, build_tree, read_header, read_tree
+from fmtfs.formats.gvfs.treecheck import is_clean
 from fmtfs.render import parse_lines
 from tests import resume
 from tests.conftest import FIXTURES as FIXTURES_ROOT
@@ -384,3 +385,27 @@ def test_children_block_loop_is_reported(tmp_path):
     (tmp_path / "home").write_bytes(bytes(data))
     problems = GvfsFormat(tmp_path, {}).problems()
     assert problems and problems[0].file == "home"
+
+
+def test_the_quick_check_finds_damage_exactly_when_the_walk_does():
+    """LazyTree.problems() walks a tree only when treecheck finds it
+    damaged: on every truncation and every flipped byte of the fixtures'
+    trees, the quick check says clean exactly when the walk finds nothing."""
+    checked = {True: 0, False: 0}
+    for fixture in ("02-after-timer-flush", "03-tree-plus-journal", "05-many-journal"):
+        good = (FIXTURES / fixture / "home").read_bytes()
+        variants = [good[:size] for size in range(len(good))]
+        for pos in range(len(good)):
+            damaged = bytearray(good)
+            damaged[pos] ^= 0xA5
+            variants.append(bytes(damaged))
+        for data in variants:
+            try:
+                tree = LazyTree(data)
+            except TreeError:
+                continue
+            clean = is_clean(data, tree.root_dirent, len(tree.keywords))
+            assert clean == (tree.walked_problems() == []), (fixture, data.hex())
+            assert tree.problems() == tree.walked_problems()
+            checked[clean] += 1
+    assert checked[True] > 100 and checked[False] > 100, checked

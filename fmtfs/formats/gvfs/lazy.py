@@ -123,10 +123,11 @@ def _path_at(model: MetaModel, tree: LazyTree, rank: int) -> bytes | None:
             if rank < weight:
                 if not below:
                     return path
-                name = (
-                    tree.flat_child_name(child.off, child.dirent[0], rank) if isinstance(child, Ref) else None
-                )
-                if name is not None:  # a folder of files: the rank-th is its rank-th child
+                # a stored folder of files (whatever few the journal changed
+                # in it): about its rank-th child, found without a listing
+                stored = child if isinstance(child, Ref) else child.base
+                name = None if stored is None else tree.flat_child_name(stored.off, stored.dirent[0], rank)
+                if name is not None:
                     return path + b"/" + name
                 node, prefix = child, path
                 break
