@@ -147,6 +147,7 @@ class SourceTree:
         self.problems_lock = threading.Lock()
         self.deps = ""  # the state of the source the tree shows (a digest of its snapshot)
         self.prerendered = Prerendered()  # whole-source files rendered in the workers (decode_in_workers)
+        self.in_workers = False  # whether decode_in_workers() has run
         self.snapshot: tuple | None = None
         self.mtime_ns = 0
         self.entries: list[StreamEntry] = []
@@ -179,7 +180,12 @@ class SourceTree:
         they start with the first piece that must be decoded (spawned
         then, a second each, while its reader decodes it): two idle
         workers cost the mount 60 MB, and a wholly kept mount may never
-        need them; workers its first index's scan started are let go."""
+        need them; workers its first index's scan started are let go.
+        Once per tree: `fmtfs mount` calls it as soon as the tree is open,
+        before it imports the FUSE server, and the server again."""
+        if self.in_workers:
+            return
+        self.in_workers = True
         if self.pool is None:
             self.pool = DecodePool(self.format)
         ahead = self._to_render_ahead()
