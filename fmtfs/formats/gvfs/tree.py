@@ -283,8 +283,8 @@ class LazyTree:
         n = r.array(children_off, 16) or 0
         if self._sorted(children_off, n):
             lo = self._first_at_least(children_off, n, name)
-            at = children_off + 4 + 16 * lo
-            if lo < n and r.string(_U32S.unpack_from(r.data, at)[0]) == name:
+            if lo < n and self._name_at(children_off, lo) == name:
+                at = children_off + 4 + 16 * lo
                 _, *dirent = _DIRENT.unpack_from(r.data, at)
                 return at, tuple(dirent)  # type: ignore[return-value]
             return None

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+# a key id's flag for a string list (spec §2.2; tree.KEY_IS_LIST, not
+# imported: tree imports this module, on a tree's first check)
 KEY_IS_LIST = 0x80000000
 
 
@@ -41,9 +43,8 @@ def is_clean(data: bytes, root_dirent: tuple[int, int, int], keyword_count: int)
         if _reads_twice(level, blocks):
             return False
         blocks.append(level)
-        entries = _u32s(words, _ranges(level // 4 + 1, 4 * counts)).reshape(
-            -1, 4
-        )  # name, children, meta, time
+        # each entry: name, children, metadata pointers and a time
+        entries = _u32s(words, _ranges(level // 4 + 1, 4 * counts)).reshape(-1, 4)
         if (entries[:, 0] > last_nul).any():
             return False
         metas.append(entries[:, 2])
