@@ -218,6 +218,7 @@ class FmtfsOperations(pyfuse3.Operations):
     async def lookup(self, parent_inode, name, ctx=None):
         path = _child(self.inodes.path(parent_inode), name)
         await self._refresh()
+        self.tree.used()  # a listing by path (`ls -l a/b c/d`) keeps the twin builder waiting too
         if not self.tree.exists(path):
             raise pyfuse3.FUSEError(errno.ENOENT)
         return await self._attributes_async(path)
