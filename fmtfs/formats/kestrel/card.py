@@ -23,14 +23,14 @@ def detect(source: Path) -> bool:
     """Writer or reader files with their magic; failing those, files
     that parse as older opcode journals (checked more carefully)."""
     from fmtfs.formats.files import read_prefix
-    from fmtfs.formats.kestrel.files import looks_like_legacy, scan_folder
+    from fmtfs.formats.kestrel.files import has_writer_file, looks_like_legacy, scan_folder
     from fmtfs.formats.kestrel.records import READER_MAGIC
 
     if not source.is_dir():
         return False
-    queues = scan_folder(source).values()
-    if any(q.writers for q in queues):
+    if has_writer_file(source):
         return True
+    queues = scan_folder(source).values()
     if any(read_prefix(r.path, 4) == READER_MAGIC for q in queues for r in q.readers):
         return True
     return any(

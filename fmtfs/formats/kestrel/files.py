@@ -53,6 +53,19 @@ class Queue:
     replay: list[LegacyFile] = field(default_factory=list)  # the files a replay reads
 
 
+@dataclass(frozen=True)
+class FileFacts:
+    """What scan_folder read of one native file, kept while its identity
+    holds: a rebuild asks for the queues four times (streams, view sources,
+    derived and writable views), and reading every file's head and first
+    PUT each time made a second mount of 10,000 queues take 8.4 s."""
+
+    identity: tuple[int, int, int]  # inode, size, mtime_ns
+    path: Path
+    head: bytes  # the first 4 bytes
+    first_id: int | None  # a writer file's first PUT id
+
+
 def map_file(path: Path) -> mmap.mmap | bytes:
     """The file's bytes, mapped (an empty file cannot be mapped)."""
     with open(path, "rb") as f:
@@ -110,8 +123,51 @@ def _is_digits(text: str) -> bool:
     return text.isdigit() and text.isascii()
 
 
-def scan_folder(folder: Path, only: str | None = None) -> dict[str, Queue]:
-    """Every queue in `folder` (or just `only`), files classified and ordered."""
+def has_writer_file(folder: Path) -> bool:
+    """Whether a `<queue>.<digits>` file in `folder` starts with the writer
+    magic: detection's quick answer, stopping at the first one (scan_folder
+    reads every file's head and first PUT)."""
+    try:
+        entries = os.scandir(folder)
+    except OSError:
+        return False
+    with entries:
+        for entry in entries:
+            parts = entry.name.removeprefix(".").split(".")  # as scan_folder names them
+            if "~" not in entry.name and len(parts) == 2 and _is_digits(parts[1]):
+                if read_prefix(Path(entry.path), 4) == WRITER_MAGIC:
+                    return True
+    return False
+
+
+def _facts(entry: os.DirEntry, writer_name: bool, memo: dict[str, FileFacts] | None) -> FileFacts:
+    """A file's head (and first PUT id if its name is a writer file's), from
+    `memo` while the file's inode, size and mtime are as when it was read."""
+    identity = (0, -1, 0)
+    if memo is not None:
+        try:
+            st = entry.stat()
+            identity = (st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            pass
+        known = memo.get(entry.name)
+        if known is not None and known.identity == identity and identity[1] >= 0:
+            return known
+    path = Path(entry.path)
+    head = read_prefix(path, 4)
+    facts = FileFacts(
+        identity, path, head, first_put_id(path) if writer_name and head == WRITER_MAGIC else None
+    )
+    if memo is not None and identity[1] >= 0:
+        memo[entry.name] = facts
+    return facts
+
+
+def scan_folder(
+    folder: Path, only: str | None = None, memo: dict[str, FileFacts] | None = None
+) -> dict[str, Queue]:
+    """Every queue in `folder` (or just `only`), files classified and ordered.
+    `memo`: FileFacts by file name, used and kept up to date."""
     queues: dict[str, Queue] = {}
     try:
         entries = sorted(os.scandir(folder), key=lambda e: e.name)
@@ -136,11 +192,12 @@ def scan_folder(folder: Path, only: str | None = None) -> dict[str, Queue]:
             queue = queues.setdefault(qname, Queue(qname))
             queue.readers.append(ReaderFile(qname, name[len(qname) + 6 :], Path(entry.path)))
             continue
-        head = read_prefix(Path(entry.path), 4)
-        if len(parts) == 2 and _is_digits(parts[1]) and head == WRITER_MAGIC:
+        writer_name = len(parts) == 2 and _is_digits(parts[1])
+        facts = _facts(entry, writer_name, memo)
+        head = facts.head
+        if writer_name and head == WRITER_MAGIC:
             queue = queues.setdefault(qname, Queue(qname))
-            path = Path(entry.path)
-            queue.writers.append(WriterFile(qname, int(parts[1]), path, first_put_id(path)))
+            queue.writers.append(WriterFile(qname, int(parts[1]), facts.path, facts.first_id))
             continue
         if head[:1] and head[0] > 9:
             continue
@@ -155,7 +212,10 @@ def scan_folder(folder: Path, only: str | None = None) -> dict[str, Queue]:
         else:
             continue
         queue = queues.setdefault(qname, Queue(qname))
-        queue.legacy.append(LegacyFile(qname, Path(entry.path), stamp, pack))
+        queue.legacy.append(LegacyFile(qname, facts.path, stamp, pack))
+    if memo is not None and only is None:
+        for gone in memo.keys() - {entry.name for entry in entries}:
+            memo.pop(gone, None)
     for queue in queues.values():
         order_writers(queue.writers)
         queue.readers.sort(key=lambda r: r.reader)

@@ -45,7 +45,7 @@ from fmtfs.formats.base import (
 )
 from fmtfs.formats.kestrel import columns
 from fmtfs.formats.kestrel.card import CARD
-from fmtfs.formats.kestrel.files import Queue, scan_folder
+from fmtfs.formats.kestrel.files import FileFacts, Queue, scan_folder
 from fmtfs.formats.kestrel.readers import ReaderState, read_reader_file
 from fmtfs.formats.kestrel.records import Corrupt
 from fmtfs.formats.kestrel.shapes import (
@@ -65,8 +65,12 @@ from fmtfs.shape import encode_name
 class KestrelFormat(Format, card=CARD):
     # -- reading -------------------------------------------------------------
 
+    def __init__(self, source: Path, options: dict[str, Any]) -> None:
+        super().__init__(source, options)
+        self._file_facts: dict[str, FileFacts] = {}
+
     def _queues(self) -> dict[str, Queue]:
-        return scan_folder(self.source)
+        return scan_folder(self.source, memo=self._file_facts)
 
     def streams(self) -> list[Stream]:
         out: list[Stream] = []
