@@ -34,6 +34,8 @@ TITLES = {
     "peak_rss_mb": "peak memory (PSS), mount + workers, while `cat`ting",
     "ls_1000": "`ls -l` of 1,000 stream views, second mount (median of 3 mounts)",
     "ls_1000_floor": "the same vs a minimal pyfuse3 filesystem answering from a dict (FUSE's floor here)",
+    "ls_10000": "`ls -l` of 10,000 stream views (`--many`), second mount (median of 3 mounts)",
+    "ls_10000_floor": "the same vs the minimal pyfuse3 filesystem",
     "write_through": "write-through `cat` 20,000 lines `>>` vs in-process encoder",
     "spark_json_first": (
         "`spark.read.json(folder).count()`, fresh mount, vs a plain folder of the same files"
