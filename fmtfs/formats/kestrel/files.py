@@ -60,7 +60,7 @@ class FileFacts:
     derived and writable views), and reading every file's head and first
     PUT each time made a second mount of 10,000 queues take 8.4 s."""
 
-    identity: tuple[int, int, int]  # inode, size, mtime_ns
+    identity: tuple[int, int, int] | None  # inode, size, mtime_ns
     path: Path
     head: bytes  # the first 4 bytes
     first_id: int | None  # a writer file's first PUT id
@@ -133,17 +133,30 @@ def has_writer_file(folder: Path) -> bool:
         return False
     with entries:
         for entry in entries:
-            parts = entry.name.removeprefix(".").split(".")  # as scan_folder names them
-            if "~" not in entry.name and len(parts) == 2 and _is_digits(parts[1]):
+            _, parts = _name_parts(entry.name)
+            if "~" not in entry.name and _is_writer_name(parts):
                 if read_prefix(Path(entry.path), 4) == WRITER_MAGIC:
                     return True
     return False
 
 
+def _name_parts(name: str) -> tuple[str, list[str]]:
+    """A file name's queue name and its dot-separated parts (a leading "."
+    belongs to the queue's name, shown as %2E...)."""
+    lead = "." if name.startswith(".") else ""
+    parts = name[len(lead) :].split(".")
+    return lead + parts[0], parts
+
+
+def _is_writer_name(parts: list[str]) -> bool:
+    """`<queue>.<digits>`: a writer file's name (or an old rotated journal's)."""
+    return len(parts) == 2 and _is_digits(parts[1])
+
+
 def _facts(entry: os.DirEntry, writer_name: bool, memo: dict[str, FileFacts] | None) -> FileFacts:
     """A file's head (and first PUT id if its name is a writer file's), from
     `memo` while the file's inode, size and mtime are as when it was read."""
-    identity = (0, -1, 0)
+    identity = None  # not kept: no memo, or the file could not be stat'ed
     if memo is not None:
         try:
             st = entry.stat()
@@ -151,14 +164,14 @@ def _facts(entry: os.DirEntry, writer_name: bool, memo: dict[str, FileFacts] | N
         except OSError:
             pass
         known = memo.get(entry.name)
-        if known is not None and known.identity == identity and identity[1] >= 0:
+        if identity is not None and known is not None and known.identity == identity:
             return known
     path = Path(entry.path)
     head = read_prefix(path, 4)
     facts = FileFacts(
         identity, path, head, first_put_id(path) if writer_name and head == WRITER_MAGIC else None
     )
-    if memo is not None and identity[1] >= 0:
+    if memo is not None and identity is not None:
         memo[entry.name] = facts
     return facts
 
@@ -182,17 +195,14 @@ def scan_folder(
                 continue
         except OSError:
             continue
-        # a leading "." belongs to the queue's name (shown as %2E...)
-        lead = "." if name.startswith(".") else ""
-        parts = name[len(lead) :].split(".")
-        qname = lead + parts[0]
+        qname, parts = _name_parts(name)
         if only is not None and qname != only:
             continue
         if len(parts) >= 3 and parts[1] == "read":
             queue = queues.setdefault(qname, Queue(qname))
             queue.readers.append(ReaderFile(qname, name[len(qname) + 6 :], Path(entry.path)))
             continue
-        writer_name = len(parts) == 2 and _is_digits(parts[1])
+        writer_name = _is_writer_name(parts)
         facts = _facts(entry, writer_name, memo)
         head = facts.head
         if writer_name and head == WRITER_MAGIC:
@@ -205,7 +215,7 @@ def scan_folder(
             continue  # an empty rotated file adds nothing; it may be a writer file being born
         if len(parts) == 1:
             stamp, pack = None, False
-        elif len(parts) == 2 and _is_digits(parts[1]):
+        elif _is_writer_name(parts):
             stamp, pack = int(parts[1]), False
         elif len(parts) == 3 and _is_digits(parts[1]) and parts[2] == "pack":
             stamp, pack = int(parts[1]), True
