@@ -490,6 +490,9 @@ def cmd_mount(args: argparse.Namespace) -> None:
     readonly = "ro" in options
 
     def prepare() -> SourceTree:
+        from fmtfs.heap import reuse_freed_buffers
+
+        reuse_freed_buffers()  # before any thread starts, and inherited by the forked workers
         # the FUSE server's modules (pyfuse3, trio: 0.13 s of imports) are
         # imported while the decode workers scan a source not indexed yet
         tree = open_tree_showing_progress(args, readonly, while_scanning=_import_server)

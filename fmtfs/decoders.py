@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from fmtfs.formats.base import Chunk, Format, State, Stream
+from fmtfs.heap import reuse_freed_buffers
 from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import render_chunk
 from fmtfs.scanning import Progress, Scanned, ScanRange, scan_range
@@ -61,6 +62,8 @@ def _open(
     global _format, _progress
     if forked:  # standard streams on /dev/null, as _quiet_stdio gives spawned workers
         _on_devnull((0, 1, 2))
+    else:  # a forked worker inherits the mount's settings
+        reuse_freed_buffers()
     # the pid the pool's process gave: it may have ended already, while this
     # worker was still importing (a mount unmounted at once)
     threading.Thread(target=_end_with, args=(parent,), daemon=True, name="fmtfs-parent-watch").start()
