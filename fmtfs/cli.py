@@ -332,11 +332,14 @@ def open_tree(
 
 
 def open_tree_showing_progress(
-    args: argparse.Namespace, readonly: bool = False, while_scanning: Callable[[], object] | None = None
+    args: argparse.Namespace,
+    readonly: bool = False,
+    while_scanning: Callable[[], object] | None = None,
+    watch: bool = False,
 ) -> SourceTree:
     """open_tree with a progress bar while it indexes, when stderr is a
     terminal, streams scanned on every core (SourceTree's `while_scanning`
-    runs meanwhile)."""
+    runs meanwhile; `watch`: the mount's, SourceTree's)."""
     from fmtfs.progress import IndexProgress, native_size, on_terminal
     from fmtfs.views import SourceTree
 
@@ -346,6 +349,7 @@ def open_tree_showing_progress(
         "workers": os.cpu_count() or 1,
         "keep_limit": args.rendered_cache,
         "while_scanning": while_scanning,
+        "watch": watch,
     }
     if not on_terminal():
         return SourceTree(fmt, cache_dir(args), **settings)
@@ -495,7 +499,7 @@ def cmd_mount(args: argparse.Namespace) -> None:
         reuse_freed_buffers()  # before any thread starts, and inherited by the forked workers
         # the FUSE server's modules (pyfuse3, trio: 0.13 s of imports) are
         # imported while the decode workers scan a source not indexed yet
-        tree = open_tree_showing_progress(args, readonly, while_scanning=_import_server)
+        tree = open_tree_showing_progress(args, readonly, while_scanning=_import_server, watch=True)
         # the workers start rendering ahead (fmtfs.prerender) before this
         # process imports the server, if the scan did not: 0.13 s sooner
         tree.decode_in_workers()

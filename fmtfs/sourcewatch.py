@@ -69,6 +69,7 @@ class SourceWatch:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self._changed = True  # until a first look settles it
+        self._unapplied = False  # a look found a change its caller has not applied yet
         self._gone = False
 
     @classmethod
@@ -88,17 +89,22 @@ class SourceWatch:
     def changed(self) -> bool:
         """Whether the folder may have changed since the last `settle()`."""
         self._drain()
-        return self._changed or self._gone
+        return self._changed or self._unapplied or self._gone
 
     def settle(self) -> None:
         """A look at the folder begins: what it changed so far, that look sees."""
         self._drain()
-        self._changed = False
+        self._changed = self._unapplied = False
 
     def mark_changed(self) -> None:
         """A look found a change its caller has not applied yet: the next
         question still answers "changed"."""
-        self._changed = True
+        self._unapplied = True
+
+    def applied(self) -> None:
+        """The change the last look found is applied: quiet again, unless
+        the folder changed since that look began."""
+        self._unapplied = False
 
     def close(self) -> None:
         if self.fd >= 0:

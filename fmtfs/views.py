@@ -69,6 +69,13 @@ LOOK_ON_CALLER_MAX = 0.0002
 # (3.3 -> 2.2 s, 4 alternated mounts).
 QUIET_CHECK_SHARE = 0.02
 QUIET_CHECK_MAX_INTERVAL = 10.0
+# While the mount serves requests (the tree used within this many seconds),
+# a quiet look that costs the loop more than LOOK_ON_CALLER_MAX waits
+# QUIET_CHECK_MAX_INTERVAL: its stats hold the GIL the loop answers with
+# (0.1-0.2 s of 10,000 kestrel queues in the middle of a 4 s `ls -l`).  A
+# source of a few files (gvfs, whose daemon writes through a mapping) is
+# looked at as before, busy or not.
+BUSY_SECONDS = 1.0
 
 
 def check_interval(cost: float) -> float:
@@ -115,11 +122,13 @@ class SourceTree:
         workers: int = 0,
         keep_limit: int | None = None,
         while_scanning: Callable[[], object] | None = None,
+        watch: bool = False,
     ) -> None:
         """`keep_limit`: disk for rendered pieces kept across mounts
         (fmtfs.keptpieces; None: the default budget, 0: none).
         `while_scanning` is run once, while the decode workers scan the
-        streams that need it (Index.update_all's `meanwhile`), if any do."""
+        streams that need it (Index.update_all's `meanwhile`), if any do.
+        `watch`: watch_source() before the first look, which settles it."""
         self.format = fmt
         # decode worker processes (fmtfs.decoders) that scan many streams at
         # once while indexing; `fmtfs mount` and `fmtfs index` ask for them
@@ -170,6 +179,12 @@ class SourceTree:
         # query: 2.6x the plain folder instead of 1.4x)
         self.last_use = time.monotonic()
         self._while_scanning = while_scanning  # the first index update's alone
+        if watch:
+            # started after this first look, the watch would answer "changed"
+            # until the poller looked again: a stat of every native file
+            # (0.2 s of CPU for 10,000 kestrel queues) during the first
+            # listing of a mount
+            self.watch_source()
         self.refresh(force=True)
 
     def decode_in_workers(self) -> None:
@@ -282,6 +297,8 @@ class SourceTree:
             before = self.files
             self._rebuild(digest(snapshot))
             self.generation += 1
+            if self.watch is not None:
+                self.watch.applied()
             self._checked_at(started)
             return _changed(before, self.files)
 
@@ -289,11 +306,15 @@ class SourceTree:
         """The mount's poller's look, every second, whatever the rate limit
         of stats says (growth must reach `tail -f`): always where there is
         no watch or it saw a change; while it is quiet, at most
-        QUIET_CHECK_SHARE of the time (QUIET_CHECK_MAX_INTERVAL at most).
+        QUIET_CHECK_SHARE of the time (QUIET_CHECK_MAX_INTERVAL at most,
+        and that long while a costly look would slow a busy mount).
         Returns what refresh() does."""
         if self.watch is not None and not self.watch.changed() and self.last_write <= self.looked:
+            now = time.monotonic()
             wait = min(QUIET_CHECK_MAX_INTERVAL, self.look_cost / QUIET_CHECK_SHARE)
-            if time.monotonic() - self.looked < wait:
+            if self.look_cost > LOOK_ON_CALLER_MAX and now - self.last_use < BUSY_SECONDS:
+                wait = QUIET_CHECK_MAX_INTERVAL
+            if now - self.looked < wait:
                 return set()
         return self.refresh(force=True)
 

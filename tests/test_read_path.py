@@ -424,6 +424,13 @@ def test_a_watch_tells_each_change_to_a_source_folder_once_settled(tmp_path: Pat
         watch.settle()
         watch.mark_changed()  # a look found a change its caller did not apply
         assert watch.changed()
+        watch.applied()  # applied: quiet again
+        assert not watch.changed()
+        watch.mark_changed()
+        (folder / "2.seg").write_bytes(b"while it was applied")
+        watch.applied()
+        assert watch.changed()  # a change after the look began is still news
+        (folder / "2.seg").unlink()
         folder.rmdir()
         watch.settle()
         assert watch.changed()  # the folder is gone: no more news, never quiet
@@ -483,3 +490,48 @@ def test_the_pollers_look_at_a_quiet_watched_source_is_rate_limited(
     tree.wrote()  # a write through the mount: looked at whatever the watch says
     tree.poll()
     assert len(looks) == 6
+
+
+def test_a_costly_quiet_look_waits_while_the_mount_is_busy(
+    tree: SourceTree, source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[Path] = []
+    monkeypatch.setattr(views, "source_snapshot", lambda s: looks.append(s) or source_snapshot(s))
+    tree.watch_source()
+    tree.poll()  # settles the watch
+    assert len(looks) == 1
+    tree.look_cost = 0.05  # thousands of files: idle, a look every 2.5 s
+    tree.looked -= 3.0
+    tree.used()  # a listing going on: its lookups need the GIL the look's stats would hold
+    assert tree.poll() == set() and len(looks) == 1
+    tree.last_use -= views.BUSY_SECONDS  # the listing is over
+    tree.poll()
+    assert len(looks) == 2
+    tree.looked -= views.QUIET_CHECK_MAX_INTERVAL  # busy for that long: looked at still
+    tree.used()
+    tree.poll()
+    assert len(looks) == 3
+    tree.look_cost = views.LOOK_ON_CALLER_MAX / 2  # a few files (gvfs): looked at, busy or not
+    tree.looked -= 1.0
+    tree.used()
+    tree.poll()
+    assert len(looks) == 4
+    WallabyWriter(source / "events.log").write([{"time": START_NS, "data": "grown"}])
+    tree.look_cost, tree.looked = 0.05, time.monotonic()
+    tree.used()
+    assert RECORDS in tree.poll()  # a change the kernel told of: looked at at once, busy or not
+
+
+def test_a_mounts_watch_is_settled_by_its_first_look(source: Path, tmp_path: Path) -> None:
+    """The mount's watch starts before the tree's first look, so the
+    poller's first look waits as a quiet source's does (a watch started
+    after it answered "changed" until looked at again)."""
+    tree = SourceTree(open_source(source, "wallaby", {}), tmp_path / "cache", watch=True)
+    try:
+        assert tree.watch is not None and not tree.watch.changed()
+        tree.look_cost = 1.0
+        generation, looked = tree.generation, tree.looked
+        assert tree.poll() == set()
+        assert tree.looked == looked and tree.generation == generation  # no look
+    finally:
+        tree.close()
