@@ -318,6 +318,14 @@ def tree(source: Path, tmp_path: Path) -> Iterator[SourceTree]:
     tree.close()
 
 
+@pytest.fixture()
+def looks(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """The looks at the source (source_snapshot calls) made during a test."""
+    made: list[Path] = []
+    monkeypatch.setattr(views, "source_snapshot", lambda s: made.append(s) or source_snapshot(s))
+    return made
+
+
 def _make_due(tree: SourceTree) -> None:
     tree.checked = float("-inf")  # as if the rate limit's interval had passed
     assert tree.due()
@@ -443,10 +451,8 @@ def test_no_watch_where_the_kernel_gives_none(tmp_path: Path) -> None:
 
 
 def test_a_quiet_watched_source_needs_no_look_and_a_change_is_applied(
-    tree: SourceTree, source: Path, monkeypatch: pytest.MonkeyPatch
+    tree: SourceTree, source: Path, looks: list[Path]
 ) -> None:
-    looks: list[Path] = []
-    monkeypatch.setattr(views, "source_snapshot", lambda s: looks.append(s) or source_snapshot(s))
     tree.watch_source()
     _make_due(tree)
     assert tree.unchanged() and len(looks) == 1  # the first look settles the watch
@@ -467,10 +473,8 @@ def test_a_quiet_watched_source_needs_no_look_and_a_change_is_applied(
 
 
 def test_the_pollers_look_at_a_quiet_watched_source_is_rate_limited(
-    tree: SourceTree, source: Path, monkeypatch: pytest.MonkeyPatch
+    tree: SourceTree, source: Path, looks: list[Path]
 ) -> None:
-    looks: list[Path] = []
-    monkeypatch.setattr(views, "source_snapshot", lambda s: looks.append(s) or source_snapshot(s))
     assert tree.poll() == set() and len(looks) == 1  # no watch: every poll looks
     tree.watch_source()
     tree.poll()  # the watch starts as "changed": looked, and settled
@@ -493,10 +497,8 @@ def test_the_pollers_look_at_a_quiet_watched_source_is_rate_limited(
 
 
 def test_a_costly_quiet_look_waits_while_the_mount_is_busy(
-    tree: SourceTree, source: Path, monkeypatch: pytest.MonkeyPatch
+    tree: SourceTree, source: Path, looks: list[Path]
 ) -> None:
-    looks: list[Path] = []
-    monkeypatch.setattr(views, "source_snapshot", lambda s: looks.append(s) or source_snapshot(s))
     tree.watch_source()
     tree.poll()  # settles the watch
     assert len(looks) == 1
