@@ -36,7 +36,7 @@ def run_mount(tree: SourceTree, mountpoint: Path, options: list[str], ready: int
     # first: workers forked now (fmtfs.decoders) inherit neither the
     # invalidation thread's locks nor the FUSE session's descriptor
     tree.decode_in_workers()
-    tree.watch_source()
+    tree.watch_source()  # a no-op for `fmtfs mount`'s tree, watched from its first look
     try:
         ops = FmtfsOperations(tree)
         _init_fuse(ops, mountpoint, options)

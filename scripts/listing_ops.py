@@ -106,7 +106,7 @@ def serve_counting(
         report.write_text("\n".join(lines) + "\n")
 
     signal.signal(signal.SIGUSR1, lambda *_: (dump(), calls.clear(), spent.clear()))
-    tree = SourceTree(open_source(source, None, {}), cache)
+    tree = SourceTree(open_source(source, None, {}), cache, watch=True)  # as `fmtfs mount`'s
     ops = FmtfsOperations(tree)
     if workers:
         tree.decode_in_workers()  # and the spill file, as fmtfs.daemon.run_mount
