@@ -9,7 +9,10 @@ blocks the loop serving other requests.  Work that is a dictionary look-up
 is answered by the loop itself, where a thread hop would cost more than the
 work: a read whose bytes are already rendered in memory, and the attributes
 of folders and indexed views from the tree's snapshot (a listing is one
-lookup per path component); inode numbers are given on the loop only.  The
+lookup per path component); inode numbers are given on the loop only.
+After a lookup, getattr or readdir the loop keeps polling for the next
+request a moment (fmtfs.spin) rather than sleep between the requests of
+a chain.  The
 tree and index hand the threads immutable snapshots (fmtfs.entries), so reads
 take no lock.  Read-only opens keep the kernel's page cache (`keep_cache`):
 a second `cat` never reaches us; a derived or meta view's pages are kept
@@ -41,6 +44,7 @@ from fmtfs import permissions
 from fmtfs.formats.base import BadRecord, FormatError, ReadOnlyView
 from fmtfs.permissions import Access
 from fmtfs.refusals import Refusals
+from fmtfs.spin import Spinner
 from fmtfs.treefiles import BytesFile, IndexedFile, SlicedFile
 from fmtfs.twins import ParquetFile, TwinHandle
 from fmtfs.viewfile import ViewFile
@@ -146,6 +150,7 @@ class FmtfsOperations(pyfuse3.Operations):
         self.next_handle = 1
         self.permissions = ViewPermissions(tree)
         self.refusals = Refusals(tree)
+        self.spinner = Spinner()  # keeps the loop polling through a chain of lookups
         self.invalidations: queue.SimpleQueue[list[int]] = queue.SimpleQueue()
         threading.Thread(target=_invalidate_forever, args=(self.invalidations,), daemon=True).start()
         # an open Parquet twin reads the file it was opened on to the end
@@ -167,38 +172,36 @@ class FmtfsOperations(pyfuse3.Operations):
     def _attributes(self, path: str) -> pyfuse3.EntryAttributes:
         entry = pyfuse3.EntryAttributes()
         entry.st_ino = self.inodes.inode(path)
-        entry.generation = 0
         entry.entry_timeout = ATTR_TIMEOUT
         entry.attr_timeout = ATTR_TIMEOUT
-        if self.tree.is_dir(path):
+        entry.st_blksize = 128 * 1024
+        tree = self.tree
+        if tree.is_dir(path):
             access = self.permissions.folder()
             entry.st_uid, entry.st_gid = access.uid, access.gid
-            entry.st_mode = stat.S_IFDIR | (access.mode & ~0o222 if self.tree.readonly else access.mode)
+            entry.st_mode = stat.S_IFDIR | (access.mode & ~0o222 if tree.readonly else access.mode)
             entry.st_nlink = 2
-            entry.st_size = 0
-        elif self.tree.exists(path):
-            view = self.tree.file(path)
-            if isinstance(view, (BytesFile, SlicedFile)):
-                # derived and meta views change with any write through the
-                # mount: their cached attributes are dropped before a write is
-                # answered (_forget_derived_attributes), so a stat right after
-                # it is fresh.  Never cached, they cost a GETATTR per read()
-                # (auto_inval_data): most of a second `cat` of gvfs metadata
-                self.derived_attributes.add(entry.st_ino)
-            elif not isinstance(view, IndexedFile):
-                entry.attr_timeout = 0  # Parquet twins, views being created
-            access = self.permissions.view(path)
-            entry.st_uid, entry.st_gid = access.uid, access.gid
-            entry.st_mode = stat.S_IFREG | permissions.view_mode(access, self.tree.writable(path))
-            entry.st_nlink = 1
-            entry.st_size = self.tree.size(path)
-        else:
+            entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = tree.mtime_ns
+            return entry
+        view = tree.file(path)
+        if view is None and path not in tree.created:
             raise pyfuse3.FUSEError(errno.ENOENT)
-        entry.st_blksize = 128 * 1024
-        entry.st_blocks = (entry.st_size + 511) // 512
-        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = (
-            self.tree.mtime_ns if self.tree.is_dir(path) else self.tree.modified_ns(path)
-        )
+        if isinstance(view, (BytesFile, SlicedFile)):
+            # derived and meta views change with any write through the
+            # mount: their cached attributes are dropped before a write is
+            # answered (_forget_derived_attributes), so a stat right after
+            # it is fresh.  Never cached, they cost a GETATTR per read()
+            # (auto_inval_data): most of a second `cat` of gvfs metadata
+            self.derived_attributes.add(entry.st_ino)
+        elif not isinstance(view, IndexedFile):
+            entry.attr_timeout = 0  # Parquet twins, views being created
+        access = self.permissions.view(path)
+        entry.st_uid, entry.st_gid = access.uid, access.gid
+        entry.st_mode = stat.S_IFREG | permissions.view_mode(access, tree.writable(path))
+        entry.st_nlink = 1
+        entry.st_size = size = view.size() if view is not None else 0
+        entry.st_blocks = (size + 511) // 512
+        entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = tree.modified_ns(path)
         return entry
 
     async def _attributes_async(self, path: str) -> pyfuse3.EntryAttributes:
@@ -210,12 +213,13 @@ class FmtfsOperations(pyfuse3.Operations):
         3,000 lookups, one per path component)."""
         self.inodes.inode(path)  # numbered here: Inodes is changed on the loop only
         view = self.tree.file(path)
-        if self.tree.is_dir(path) or (view is not None and view.size_known()):
+        if view is None or view.size_known():  # a folder, a view being created, or a look-up
             return self._attributes(path)
         return await trio.to_thread.run_sync(self._attributes, path)
 
     @_errors_to_fuse
     async def lookup(self, parent_inode, name, ctx=None):
+        self.spinner.more()
         path = _child(self.inodes.path(parent_inode), name)
         await self._refresh()
         self.tree.used()  # a listing by path (`ls -l a/b c/d`) keeps the twin builder waiting too
@@ -225,6 +229,7 @@ class FmtfsOperations(pyfuse3.Operations):
 
     @_errors_to_fuse
     async def getattr(self, inode, ctx=None):
+        self.spinner.more()
         await self._refresh()
         entry = await self._attributes_async(self.inodes.path(inode))
         log.debug("getattr %s: size %d, mtime %d", self.inodes.path(inode), entry.st_size, entry.st_mtime_ns)
@@ -256,6 +261,7 @@ class FmtfsOperations(pyfuse3.Operations):
 
     @_errors_to_fuse
     async def readdir(self, fh, start_id, token):
+        self.spinner.more()
         path = self.inodes.path(fh)
         names = self.tree.listdir(path)
         # resume where the kernel's buffer filled: offset = index + 1
@@ -535,5 +541,6 @@ def _invalidate_forever(invalidations: queue.SimpleQueue[list[int]]) -> None:
 async def serve(ops: FmtfsOperations) -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(ops.poll_source)
+        nursery.start_soon(ops.spinner.run)
         await pyfuse3.main()
         nursery.cancel_scope.cancel()

@@ -32,7 +32,9 @@ class ViewPermissions:
         self.mounter = (os.getuid(), os.getgid())
         self._lock = threading.Lock()
         self._generation = -1
-        self._stats: dict[Path, Access | None] = {}
+        # by native path as text: hashing 10,000 Path objects was a tenth
+        # of the first `ls -l` of as many views, on the FUSE loop
+        self._stats: dict[str, Access | None] = {}
         self._views: dict[str, Access] = {}
         self._folder: Access | None = None
 
@@ -42,11 +44,11 @@ class ViewPermissions:
             self._generation = generation
             self._stats, self._views, self._folder = self._snapshot_accesses(), {}, None
 
-    def _snapshot_accesses(self) -> dict[Path, Access | None]:
+    def _snapshot_accesses(self) -> dict[str, Access | None]:
         """The Access of every native file in the tree's snapshot, by path."""
-        folder, _ = snapshot_folder(self.tree.format.source)
+        folder = os.fspath(snapshot_folder(self.tree.format.source)[0])
         return {
-            folder / name: Access(uid, gid, stat.S_IMODE(mode))
+            os.path.join(folder, name): Access(uid, gid, stat.S_IMODE(mode))
             for name, _, _, _, mode, uid, gid in self.tree.snapshot or ()
         }
 
@@ -58,12 +60,17 @@ class ViewPermissions:
             return self._folder
 
     def _file(self, path: Path) -> Access | None:
-        if path not in self._stats:
-            try:
-                self._stats[path] = Access.of_path(path)
-            except OSError:
-                self._stats[path] = None  # gone since the refresh: it grants nothing
-        return self._stats[path]
+        key = os.fspath(path)
+        try:
+            return self._stats[key]
+        except KeyError:
+            pass
+        try:
+            found: Access | None = Access.of_path(path)
+        except OSError:
+            found = None  # gone since the refresh: it grants nothing
+        self._stats[key] = found
+        return found
 
     def _combined(self, natives: list[Path]) -> Access | None:
         accesses = [self._file(p) for p in natives]
