@@ -72,13 +72,22 @@ def server_processes(mnt: Path) -> dict[int, str]:
             except (OSError, ValueError):
                 continue  # ended meanwhile
             table[int(entry.name)] = (parent, argv)
-    roots = [pid for pid, (_, argv) in table.items() if " mount " in argv and f" {mnt} " in f"{argv} "]
+    serving = {pid for pid, (_, argv) in table.items() if " mount " in argv and f" {mnt} " in f"{argv} "}
+    # forked decode workers have the server's command line: the root is the
+    # one whose parent does not, so it is listed first
+    roots = [pid for pid in serving if table[pid][0] not in serving]
     found, todo = {}, roots
     while todo:
         pid = todo.pop()
         found[pid] = table[pid][1]
         todo += [child for child, (parent, _) in table.items() if parent == pid]
     return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has spent so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def decode_workers(mnt: Path) -> dict[int, str]:

@@ -3,7 +3,6 @@ moment after a metadata request, and sleeps again after it."""
 
 from __future__ import annotations
 
-import os
 import time
 from pathlib import Path
 
@@ -11,7 +10,7 @@ import trio
 
 from fmtfs.samples import kestrel as kestrel_sample
 from fmtfs.spin import Spinner
-from tests.mounting import mounted, server_processes
+from tests.mounting import cpu_seconds, mounted, server_processes
 
 
 class IoWaits(trio.abc.Instrument):
@@ -60,24 +59,9 @@ def test_an_idle_mount_spends_no_cpu_after_a_listing(tmp_path: Path) -> None:
     with mounted(source) as mnt:
         for path in mnt.rglob("*"):
             path.stat()
-        server = _serving(mnt)
+        server = next(iter(server_processes(mnt)))  # the mount's own process, listed first
         time.sleep(0.2)
-        before = _cpu_seconds(server)
+        before = cpu_seconds(server)
         time.sleep(1.0)
-        spent = _cpu_seconds(server) - before
+        spent = cpu_seconds(server) - before
     assert spent < 0.25, f"an idle mount spent {spent:.2f} s of CPU in one second"
-
-
-def _serving(mnt: Path) -> int:
-    """The mount's own process (its decode workers are its children)."""
-    processes = server_processes(mnt)
-    return next(pid for pid in processes if _parent(pid) not in processes)
-
-
-def _parent(pid: int) -> int:
-    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
-
-
-def _cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
