@@ -42,7 +42,7 @@ from fmtfs.formats.base import Chunk, Format, State, Stream
 from fmtfs.heap import reuse_freed_buffers
 from fmtfs.keptpieces import KeptPieces
 from fmtfs.render import render_chunk
-from fmtfs.scanning import Progress, Scanned, ScanRange, scan_range
+from fmtfs.scanning import Progress, Scanned, ScanRange, scan_range, scan_ranges
 from fmtfs.spill import SpillAppender, Spilled
 
 # scans a job in the calling process: (job key, tick) -> what scan_all returns for it
@@ -164,6 +164,10 @@ def _scan(name: str, part: ScanRange, keep: tuple[Path, int] | None, keep_last: 
         if store is None:
             store = _stores[keep[0]] = KeptPieces(*keep)
     return scan_range(_stream(name), part, lambda size, count: _progress.put((size, count)), store, keep_last)
+
+
+def _cut(name: str, start: int | None, state: State | None, every: int) -> list[ScanRange]:
+    return scan_ranges(_stream(name), start, state, every)
 
 
 def _ready() -> None:
@@ -341,6 +345,43 @@ class DecodePool:
             elif running:
                 wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
             tick()
+        return out
+
+    def cut_all(
+        self,
+        jobs: dict[Any, tuple[str, int | None, State | None, int]],
+        here: Callable[[Any], list[ScanRange]],
+    ) -> dict[Any, list[ScanRange]]:
+        """The ranges of streams, key -> (stream name, start, state, range
+        bytes) in, key -> scan_ranges() of it out: the workers that are up
+        cut from the front, one stream each at a time, while `here(key)`
+        cuts in this process from the back.  A cut walks every record's
+        length prefix (kestrel 100 MB: 0.17 s in this process alone), and
+        the workers, started for the scan, would wait for it.  A worker
+        that fails to cut leaves its stream to `here`."""
+        todo = deque(jobs)
+        running: dict[Future, Any] = {}
+        out: dict[Any, list[ScanRange]] = {}
+
+        def collect(future: Future) -> None:
+            key = running.pop(future)
+            try:
+                out[key] = future.result()
+            except Exception:  # noqa: BLE001 - a dead worker: the cut is only a plan, made here then
+                out[key] = here(key)
+
+        while todo or running:
+            for future in [f for f in running if f.done()]:
+                collect(future)
+            # only to workers already up: a spawned one takes a second to start
+            while todo and len(running) < self.workers_up():
+                key = todo.popleft()
+                running[self.run(_cut, *jobs[key])] = key
+            if todo:
+                key = todo.pop()
+                out[key] = here(key)
+            elif running:
+                collect(next(iter(wait(running, return_when=FIRST_COMPLETED).done)))
         return out
 
     def report(self, progress: Progress | None) -> None:

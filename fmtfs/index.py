@@ -304,11 +304,8 @@ class Index:
                 if to_scan >= parallel_bytes:
                     _start_workers(pool)  # they start while the streams are cut
                 every = min(max(to_scan // SCAN_RANGES, MIN_RANGE_BYTES), MAX_RANGE_BYTES)
-                parts = {
-                    (i, n): part
-                    for i, job in jobs.items()
-                    for n, part in enumerate(scan_ranges(job.entry.stream, job.start, job.state, every))
-                }
+                cut = self._cut(pool, jobs, every)
+                parts = {(i, n): part for i in jobs for n, part in enumerate(cut[i])}
                 if len(parts) >= 2:
                     if meanwhile is not None:
                         _start_workers(pool)  # forked: they scan while meanwhile() runs here
@@ -330,6 +327,21 @@ class Index:
                     self._abandon(job.entry.stream.name)
                     results[i] = exc
             return results  # type: ignore[return-value]
+
+    @staticmethod
+    def _cut(pool: DecodePool, jobs: dict[int, _ScanJob], every: int) -> dict[int, list[ScanRange]]:
+        """Each job's scan cut in ranges of about `every` bytes: in the
+        workers too, once they are started."""
+
+        def here(i: int) -> list[ScanRange]:
+            job = jobs[i]
+            return scan_ranges(job.entry.stream, job.start, job.state, every)
+
+        if not pool.started:
+            return {i: here(i) for i in jobs}
+        return pool.cut_all(
+            {i: (job.entry.stream.name, job.start, job.state, every) for i, job in jobs.items()}, here
+        )
 
     def _scan_here(self, job: _ScanJob, progress: Progress | None) -> Scanned:
         return scan_stream(

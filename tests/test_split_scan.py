@@ -355,3 +355,32 @@ def test_a_beats_segment_measured_record_by_record_is_scanned_alike(tmp_path: Pa
     assert [c.state.get("sanitize") for c in whole.chunks][:2] == [True, None]
     assert len({view for c in whole.chunks for view in c.lengths}) > 5  # hour buckets
     assert whole.problems and whole.problems[-1].offset > whole.problems[0].offset
+
+
+def test_streams_are_cut_by_the_workers_and_here_alike(tmp_path: Path) -> None:
+    """DecodePool.cut_all: the workers cut streams from the front while this
+    process cuts from the back, into the very ranges scan_ranges makes;
+    a stream a worker cannot cut is cut here."""
+    fmt = open_source(beats.generate(tmp_path, 20_000, segments=4), "beats", {})
+    streams = fmt.streams()
+    assert len(streams) == 4
+    # a cut at every chunk, or none: each stream's ranges tell its job apart
+    every = {0: 1, 1: 1 << 40, 2: 1, 3: 1 << 40}
+    cut_here: list[int] = []
+
+    def here(i: int) -> list[ScanRange]:
+        cut_here.append(i)
+        return scan_ranges(streams[i], None, None, every[i])
+
+    pool = DecodePool(fmt, 2)
+    try:
+        pool.wait_ready()
+        found = pool.cut_all({i: (s.name, None, None, every[i]) for i, s in enumerate(streams)}, here)
+        # a worker that fails (no such stream there) leaves the cut to this process
+        fallback = pool.cut_all({0: ("no-such-stream", None, None, 1)}, lambda i: [ScanRange(None, None)])
+    finally:
+        pool.close()
+    assert found == {i: scan_ranges(s, None, None, every[i]) for i, s in enumerate(streams)}
+    assert [len(found[i]) > 1 for i in range(4)] == [True, False, True, False]
+    assert cut_here and 0 not in cut_here and 1 not in cut_here  # the workers took the first two
+    assert fallback == {0: [ScanRange(None, None)]}
