@@ -331,14 +331,12 @@ class Index:
     @staticmethod
     def _cut(pool: DecodePool, jobs: dict[int, _ScanJob], every: int) -> dict[int, list[ScanRange]]:
         """Each job's scan cut in ranges of about `every` bytes: in the
-        workers too, once they are started."""
+        workers too, those that are up (none before the pool starts)."""
 
         def here(i: int) -> list[ScanRange]:
             job = jobs[i]
             return scan_ranges(job.entry.stream, job.start, job.state, every)
 
-        if not pool.started:
-            return {i: here(i) for i in jobs}
         return pool.cut_all(
             {i: (job.entry.stream.name, job.start, job.state, every) for i, job in jobs.items()}, here
         )

@@ -12,13 +12,13 @@ pyfuse3 filesystem's 30,000 lookups (`ls -ld` of 10,000 kestrel views) took
 So for SPIN_SECONDS after a lookup, getattr or readdir, the spinner keeps
 trio's run loop turning: trio then polls epoll with a zero timeout, the
 next request is read as soon as it is queued, and the loop's CPU never
-halts between two requests of a chain.  It spins only while a chain is likely (right after a
-metadata request), so an idle mount spends nothing, and a `cat` of an
-indexed view, whose reads come in batches from the kernel's readahead,
-never starts it (a derived view's reads each follow a getattr, since its
-attributes are never cached: there the spin waits for that read).  The
-cost is bounded: at most SPIN_SECONDS of the loop's CPU per metadata
-request that is not followed by another one.
+halts between two requests of a chain.  It spins only while a chain is
+likely (right after a metadata request), so an idle mount spends nothing,
+and a `cat` of an indexed view, whose reads come in batches from the
+kernel's readahead, never starts it (a derived view's reads each follow a
+getattr, since its attributes are never cached: there the spin waits for
+that read).  The cost is bounded: at most SPIN_SECONDS of the loop's CPU
+per metadata request that is not followed by another one.
 
 Measured on that listing over fmtfs, six alternated mounts each: 4.3-11.9 s
 (median 5.8) before, 4.0-10.6 s (5.2) without the spinner, 3.2-4.7 s (4.3)
