@@ -1,11 +1,12 @@
 """What a scan gives: Stream.measured() (Beats: each record measured and
 dumped as it is decoded, so the index keeps no chunk's worth of records;
-wallaby: lines written from a template, no records built) equals scan()
+wallaby and kestrel: lines written from a template, no records built) equals scan()
 and render_views() chunk by chunk, its bounds, state, time range, record
 count, every view's length and, with `render`, its bytes, and the
 problems too; so does a chunk a stream renders itself (Stream.render) for
 a reader; a wallaby scan of odd records gives every record once, in
-order, in the bucket of its time."""
+order, in the bucket of its time; odd kestrel records render as their
+records do."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from pathlib import Path
 
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Chunk, Problem, Stream
+from fmtfs.formats.kestrel.files import WriterFile
+from fmtfs.formats.kestrel.records import WRITER_MAGIC, encode_put, encode_read_done, encode_read_head
+from fmtfs.formats.kestrel.streams import WriterStream
 from fmtfs.formats.wallaby import WallabyLog, create_pair, encode_record
 from fmtfs.render import render_chunk, render_views
-from fmtfs.samples import beats, wallaby
+from fmtfs.samples import beats, kestrel, wallaby
 from fmtfs.shape import take_data
 
 HOUR_NS = 3600 * 10**9
@@ -122,3 +126,44 @@ def test_a_beats_queue_is_measured_as_it_is_scanned(tmp_path: Path) -> None:
     beats.generate(tmp_path, 5_000, segments=2)
     streams = open_source(tmp_path, "beats", {}).streams()
     assert sum(assert_measured_as_scanned(s) for s in streams if s.measured(None, None) is not None) >= 2
+
+
+def test_a_kestrel_queue_is_measured_as_it_is_scanned(tmp_path: Path) -> None:
+    """The sample's writer files (binary items, expiry times, error counts):
+    the lines from the template are their records' lines."""
+    kestrel.generate(tmp_path, 12_000)
+    streams = [s for s in open_source(tmp_path, "kestrel", {}).streams() if isinstance(s, WriterStream)]
+    assert len(streams) >= 4
+    assert sum(assert_measured_as_scanned(s) for s in streams) >= 8
+
+
+def test_odd_kestrel_records_are_measured_as_scanned(tmp_path: Path) -> None:
+    """Times out of order and back and forth across hours, before 1970 and
+    beyond the calendar (a raw integer, in no bucket); data that is not
+    UTF-8, empty, or big enough to end a chunk by its bytes; records a
+    writer file should not hold (skipped and reported) and a torn PUT at
+    the end: measured() and render() give what scan() does."""
+    hour = 3_600_000
+    times = [5 * hour + 1, 3 * hour, 5 * hour + 2, -1, -hour - 7, 7 * hour, 1]
+    payloads = [b"text", b"\xff\xfe not utf-8", b"", "\u00e9t\u00e9 \U0001f600".encode(), b"x" * 40_000]
+    body = bytearray(WRITER_MAGIC + encode_read_head(0))
+    for i in range(1200):
+        # the latest times in PUTs without expiry; one chunk with no time range
+        added = 1 << 62 if i == 100 else times[i % len(times)] + (hour // 2 if i % 3 == 1 else 0)
+        expire = None if i % 3 else (added + hour if i % 9 else -(1 << 62))
+        body += encode_put(i + 1, added, payloads[i % len(payloads)], expire, i % 4)
+        if i % 700 == 5:
+            body += encode_read_head(i)
+        if i % 900 == 8:
+            body += encode_read_done([i, i + 1])
+    body += encode_put(9999, 1, b"torn")[:-2]
+    path = tmp_path / "odd.1"
+    path.write_bytes(body)
+    stream = WriterStream(WriterFile("odd", 1, path, 1))
+    problems = [p for p in stream.scan(None, None) if isinstance(p, Problem)]
+    assert len(problems) == 3 + 2 + 1  # the READ_HEADs, the READ_DONEs, the torn PUT
+    assert assert_measured_as_scanned(stream) >= 6
+    chunks = [c for c in stream.measured(None, None) if isinstance(c, Chunk)]
+    assert sum(c.count for c in chunks) == 1200
+    assert any(len(c.lengths) > 3 for c in chunks)  # chunks across several buckets
+    assert chunks[0].times is None and all(c.times is not None for c in chunks[1:])

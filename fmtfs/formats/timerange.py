@@ -158,3 +158,47 @@ class BucketRoute:
         if route is None:
             route = self.routes[prefix] = (self.view, f"{self.folder}/{prefix}.jsonl")
         return route
+
+
+class BucketRuns:
+    """Where each time bucket's lines lie in a chunk's JSON Lines, for a
+    renderer that writes the stream's view line by line (wallaby's and
+    kestrel's templates): a chunk's records are mostly in time order, so a
+    bucket's lines are a run of the chunk's (or a few runs), and its bytes
+    are cut from the chunk's rather than rendered again."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder  # of the views `<folder>/<bucket>.jsonl`
+        self.runs: dict[str, list[int]] = {}  # bucket -> [start, end, start, end, ...]
+        self.bucket: str | None = None  # the bucket of the lines from `since` on
+        self.since = 0
+
+    def enter(self, bucket: str | None, at: int) -> None:
+        """From offset `at` of the lines on, records are in `bucket` (None: in
+        none, a record without a well-formed time)."""
+        if bucket == self.bucket:
+            return
+        if self.bucket is not None and at > self.since:
+            self.runs.setdefault(self.bucket, []).extend((self.since, at))
+        self.bucket, self.since = bucket, at
+
+    def views(self, view: str, lines: bytes | bytearray) -> dict[str, bytes | bytearray]:
+        """`view` (every line) first, then each bucket's view as its first line
+        came; a bucket holding the whole chunk is the very same object (a
+        store of kept pieces keeps it once)."""
+        self.enter(None, len(lines))
+        out = {view: lines}
+        for name, cuts in self.runs.items():
+            whole = len(cuts) == 2 and cuts[0] == 0 and cuts[1] == len(lines)
+            out[f"{self.folder}/{name}.jsonl"] = (
+                lines if whole else b"".join(lines[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True))
+            )
+        return out
+
+    def lengths(self, view: str, length: int) -> dict[str, int]:
+        """views()'s lengths, joining nothing."""
+        self.enter(None, length)
+        out = {view: length}
+        for name, cuts in self.runs.items():
+            out[f"{self.folder}/{name}.jsonl"] = sum(cuts[1::2]) - sum(cuts[::2])
+        return out

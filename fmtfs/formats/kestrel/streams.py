@@ -6,11 +6,13 @@ import mmap
 import os
 import struct
 from collections.abc import Callable, Iterator
-from typing import Any
+from functools import partial
+from typing import Any, NamedTuple
 
 from fmtfs.formats.base import Chunk, Problem, Record, State, Stream, boundary
 from fmtfs.formats.kestrel import legacy
 from fmtfs.formats.kestrel.files import LegacyFile, WriterFile, map_file
+from fmtfs.formats.kestrel.lines import PutLines
 from fmtfs.formats.kestrel.records import (
     LARGEST_DATA,
     PUT_HEADER,
@@ -38,6 +40,20 @@ from fmtfs.shape import put_data
 TIME_KEY = "add_time"
 CHUNK_RECORDS = 2000
 CHUNK_BYTES = 1 << 20
+
+
+class ChunkFound(NamedTuple):
+    """What a stream's walk makes of the records from one offset on."""
+
+    chunk: Chunk | None  # None: no record there
+    end: int  # where the next chunk starts
+    skipped: list[Problem]  # records skipped on the way
+    problem: Problem | None  # the damage the walk stopped at
+    finished: bool  # the walk met the end of the records (a clean end or damage)
+
+
+# (the mapped file, the offset, its end) -> the chunk starting there
+ChunkAt = Callable[[Any, int, int], ChunkFound]
 
 
 def describe_skipped(record: Any) -> str:
@@ -72,18 +88,25 @@ class _ChunkedStream(Stream):
     def scan(
         self, start: int | None, state: State | None, stop: int | None = None
     ) -> Iterator[Chunk | Problem]:
+        return self._walk(start, stop, self._decoded_chunk)
+
+    def _walk(self, start: int | None, stop: int | None, chunk_at: ChunkAt) -> Iterator[Chunk | Problem]:
+        """The chunks `chunk_at` makes of the file from `start` (None: its
+        first record) on, and the problems met."""
         try:
             buf = map_file(self.path)
         except OSError as exc:
             yield Problem(self.path.name, 0, f"cannot read: {exc.strerror}")
             return
         try:
-            yield from self._scan(buf, start, stop)
+            yield from self._chunks(buf, start, stop, chunk_at)
         finally:
             if isinstance(buf, mmap.mmap):
                 buf.close()
 
-    def _scan(self, buf, start: int | None, stop: int | None) -> Iterator[Chunk | Problem]:
+    def _chunks(
+        self, buf, start: int | None, stop: int | None, chunk_at: ChunkAt
+    ) -> Iterator[Chunk | Problem]:
         end = len(buf)
         if start is None:
             try:
@@ -97,20 +120,26 @@ class _ChunkedStream(Stream):
             if stop is not None and pos >= stop:
                 yield boundary(pos, {})
                 return
-            out: list[Record] = []
-            skipped: list[Problem] = []
-            after, finished, failure = self._run(
-                buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped
-            )
-            if after > pos:
-                views, times = self._timed_views(out)
-                yield Chunk(pos, after, {}, views, times=times)
-            yield from skipped
-            if failure is not None:
-                yield failure
-            if finished:
+            found = chunk_at(buf, pos, end)
+            if found.chunk is not None:
+                yield found.chunk
+            yield from found.skipped
+            if found.problem is not None:
+                yield found.problem
+            if found.finished:
                 return
-            pos = after
+            pos = found.end
+
+    def _decoded_chunk(self, buf, pos: int, end: int) -> ChunkFound:
+        """The chunk starting at `pos`, with its records."""
+        out: list[Record] = []
+        skipped: list[Problem] = []
+        after, finished, failure = self._run(buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped)
+        chunk = None
+        if after > pos:
+            views, times = self._timed_views(out)
+            chunk = Chunk(pos, after, {}, views, times=times)
+        return ChunkFound(chunk, after, skipped, failure, finished)
 
     def decode(self, chunk: Chunk) -> dict[str, list[Record]]:
         return self._views(self._records(chunk))
@@ -119,9 +148,13 @@ class _ChunkedStream(Stream):
         # the stream's own view alone: no hour buckets
         return self._records(chunk) if view == self.view else None
 
-    def _records(self, chunk: Chunk) -> list[Record]:
+    def _native(self, chunk: Chunk) -> bytes:
+        """The bytes of one chunk's records."""
         with open(self.path, "rb") as f:
-            buf = os.pread(f.fileno(), chunk.end - chunk.start, chunk.start)
+            return os.pread(f.fileno(), chunk.end - chunk.start, chunk.start)
+
+    def _records(self, chunk: Chunk) -> list[Record]:
+        buf = self._native(chunk)
         out: list[Record] = []
         self._run(buf, 0, len(buf), len(buf) + 1, len(buf) + 1, out, [])
         return out
@@ -150,6 +183,40 @@ class WriterStream(_ChunkedStream):
         self.file = wf
         self.time_bucket = time_bucket
         self.buckets = buckets_folder(wf.queue)
+        self.lines = PutLines(self._run, self.buckets, time_bucket)
+
+    def measured(
+        self, start: int | None, state: State | None, render: bool = False, stop: int | None = None
+    ) -> Iterator[Chunk | Problem]:
+        """scan()'s chunks with their lines written from the file's bytes
+        (fmtfs.formats.kestrel.lines), no records built."""
+        return self._walk(start, stop, partial(self._measured_chunk, render=render))
+
+    def _measured_chunk(self, buf, pos: int, end: int, render: bool) -> ChunkFound:
+        run = self.lines.run(buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES)
+        chunk = None
+        if run.end > pos:
+            chunk = Chunk(
+                pos,
+                run.end,
+                {},
+                times=run.times,
+                lengths=run.buckets.lengths(self.view, len(run.lines)),
+                count=run.count,
+                rendered=run.buckets.views(self.view, run.lines) if render else None,
+            )
+        return ChunkFound(chunk, run.end, run.skipped, run.problem, run.finished)
+
+    def render(self, chunk: Chunk, view: str | None = None) -> dict[str, bytes]:
+        buf = self._native(chunk)
+        run = self.lines.run(buf, 0, len(buf), len(buf) + 1, len(buf) + 1)
+        lines = bytes(run.lines)
+        if view == self.view:
+            return {view: lines} if lines else {}
+        views = run.buckets.views(self.view, lines)
+        if view is None:
+            return views
+        return {view: views[view]} if views.get(view) else {}
 
     def _views(self, records: list[Record]) -> dict[str, list[Record]]:
         return {self.view: records, **bucket_views(records, TIME_KEY, "ms", self.time_bucket, self.buckets)}

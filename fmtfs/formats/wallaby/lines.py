@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import orjson
 
 from fmtfs.formats.base import Problem
-from fmtfs.formats.timerange import native_range
+from fmtfs.formats.timerange import BucketRuns, native_range
 from fmtfs.formats.wallaby.layout import RECORD, Bucketer, torn
 from fmtfs.jsonlines import LINE
 from fmtfs.shape import HOUR_HEADS, MINUTES_SECONDS, hour_text, put_data
@@ -72,10 +72,8 @@ class LineRenderer:
         out = bytearray()
         stamps: list[int] = []
         keep_stamp = stamps.append
-        # where each bucket's runs of lines are in `out`: name -> [start, end, start, end, ...]
-        runs: dict[str, list[int]] = {}
-        bucket: str | None = None
-        since = until = run_start = 0  # the current bucket's span (ns), and where its run began
+        buckets = BucketRuns(self.bucket_folder)  # where each bucket's lines are in `out`
+        since = until = 0  # the current bucket's span (ns)
         # the time text up to the hour, looked up when the hour changes
         head, head_hour = "", None
         mm_ss = MINUTES_SECONDS
@@ -97,10 +95,8 @@ class LineRenderer:
             if hour != head_hour:
                 head, head_hour = HOUR_HEADS.get(hour) or hour_text(hour), hour
             if route and not since <= stamp < until:
-                if bucket is not None:
-                    runs.setdefault(bucket, []).extend((run_start, len(out)))
                 bucket, since, until = self.bucketer.span(stamp)
-                run_start = len(out)
+                buckets.enter(bucket, len(out))
             time_text = f"{head}{mm_ss[of_hour]}.{str(fraction + 1_000_000_000)[1:]}Z"
             payload = data[body : body + size]
             try:
@@ -116,13 +112,5 @@ class LineRenderer:
             keep_stamp(stamp)
             seq += 1
             offset = body + size
-        if bucket is not None:
-            runs.setdefault(bucket, []).extend((run_start, len(out)))
-        lines = bytes(out)
-        views = {self.records_view: lines}
-        for name, cuts in runs.items():
-            whole = cuts[0] == 0 and cuts[-1] == len(lines) and len(cuts) == 2
-            views[f"{self.bucket_folder}/{name}.jsonl"] = (
-                lines if whole else b"".join(lines[a:b] for a, b in zip(cuts[::2], cuts[1::2], strict=True))
-            )
+        views = buckets.views(self.records_view, bytes(out))
         return RenderedRun(views, seq - first_seq, offset, native_range(stamps, "ns"), problem)
