@@ -20,9 +20,11 @@ not decode) is therefore never trusted: the joined result is, by the resume
 property every format already has (a scan from a chunk's (start, state)
 yields what the whole scan yields from there), the one-job scan's.
 
-A format that can measure its records one by one as it decodes them
-(`Stream.measured`: Beats) gives chunks with their counts and view lengths
-and no records; the others' records are measured here, a chunk at a time.
+A format that can measure its records as it decodes them
+(`Stream.measured`: Beats dumps each record as decoded; wallaby and
+kestrel write their lines from a template) gives chunks with their counts
+and view lengths and no records; the others' records are measured here,
+a chunk at a time.
 
 Given a store (fmtfs.keptpieces), a scan keeps what it renders: every
 chunk's pieces, compressed, so that no later mount decodes them again.
