@@ -641,9 +641,14 @@ def _ls(paths: list[Path]) -> float:
     return seconds
 
 
+WRITE_RUNS = 3  # `cat lines >> view`s timed, in turn with the encoder's; the best of each counts
+
+
 def figure_write_through(run: FormatRun) -> list[Figure]:
     """`cat lines >> view` through a mount vs the format's Writer in process,
-    each on its own copy of the source, the same lines."""
+    each on its own copy of the source, the same lines: the best of
+    WRITE_RUNS appends each, taken in turn (one append of 20,000 gvfs lines
+    took 0.60, 1.09 and 0.72 s in three runs of the same code)."""
     lines = _lines_to_write(run)
     through, in_process = run.scratch / "write-mount", run.scratch / "write-process"
     for copy in (through, in_process):
@@ -652,14 +657,6 @@ def figure_write_through(run: FormatRun) -> list[Figure]:
     lines_file = run.scratch / "lines.jsonl"
     lines_file.write_bytes(lines)
     mnt = run.scratch / "mnt"
-    with mounted(through, mnt, run.fresh("write-cache")):
-        view = run.layout.write_view(mnt)
-        before = _identities(through)
-        over_mount, _ = timed(
-            lambda: subprocess.run(["sh", "-c", 'cat "$1" >> "$2"', "sh", lines_file, mnt / view], check=True)
-        )
-        if _identities(through) == before:
-            raise SystemExit(f"{run.fmt}: writing {view} changed no native file")
 
     def encode() -> None:
         fmt = open_source(in_process, run.fmt, dict(OPTIONS))
@@ -667,14 +664,27 @@ def figure_write_through(run: FormatRun) -> list[Figure]:
         writer.write(parse_lines(lines))
         writer.sync()
 
-    encoder, _ = timed(encode)
+    over_mount, encoder = [], []
+    with mounted(through, mnt, run.fresh("write-cache")):
+        view = run.layout.write_view(mnt)
+        for _ in range(WRITE_RUNS):
+            before = _identities(through)
+            seconds, _ = timed(
+                lambda: subprocess.run(
+                    ["sh", "-c", 'cat "$1" >> "$2"', "sh", lines_file, mnt / view], check=True
+                )
+            )
+            if _identities(through) == before:
+                raise SystemExit(f"{run.fmt}: writing {view} changed no native file")
+            over_mount.append(seconds)
+            encoder.append(timed(encode)[0])
     count = lines.count(b"\n")
     return [
         Figure(
             "write_through",
-            encoder / over_mount,
-            f"{count} lines in {over_mount:.2f} s",
-            f"in-process writer {encoder:.2f} s",
+            min(encoder) / min(over_mount),
+            f"{count} lines in {min(over_mount):.2f} s (best of {WRITE_RUNS})",
+            f"in-process writer {min(encoder):.2f} s",
             ">= 0.5",
         )
     ]

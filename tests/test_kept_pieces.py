@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import subprocess
 import time
 from pathlib import Path
@@ -337,6 +338,35 @@ def test_a_store_mostly_dead_is_rewritten_with_its_live_pieces(
     assert tree.index.kept.served > served
     tree.close()
     decoding.close()
+
+
+def test_an_index_of_the_older_shape_is_dropped_and_built_again(tmp_path: Path) -> None:
+    """A cache written by the version that kept a row per piece (schema 5:
+    a `pieces` table, chunks without their pieces) is rebuilt, not read."""
+    source = sample("wallaby", tmp_path, 3000)
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    db = sqlite3.connect(cache / "index.sqlite3")
+    db.executescript(
+        "CREATE TABLE chunks (stream INTEGER NOT NULL, seq INTEGER NOT NULL, start INTEGER NOT NULL,"
+        " end_ INTEGER NOT NULL, state BLOB NOT NULL, count INTEGER NOT NULL, tmin INTEGER, tmax INTEGER,"
+        " PRIMARY KEY (stream, seq));"
+        "CREATE TABLE pieces (stream INTEGER NOT NULL, view TEXT NOT NULL, seq INTEGER NOT NULL,"
+        " length INTEGER NOT NULL, kept_at INTEGER, kept_length INTEGER, kept_check INTEGER,"
+        " kept_file INTEGER, PRIMARY KEY (stream, view, seq));"
+        "PRAGMA user_version=5;"
+    )
+    db.close()
+    tree = SourceTree(open_source(source, "wallaby", {}), cache)
+    decoding = SourceTree(open_source(source, "wallaby", {}), tmp_path / "other", keep_limit=0)
+    assert whole(tree, RECORDS) == whole(decoding, RECORDS)
+    tree.close()
+    decoding.close()
+    db = sqlite3.connect(cache / "index.sqlite3")
+    tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+    assert "pieces" not in tables
+    assert db.execute("PRAGMA user_version").fetchone()[0] == index_module.SCHEMA_VERSION
+    db.close()
 
 
 # -- real mounts -----------------------------------------------------------------
