@@ -24,6 +24,7 @@ main module, which a library user's script must guard."""
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import queue
@@ -60,6 +61,10 @@ def _open(
     source: Path, format_name: str, options: dict[str, Any], progress: Any, parent: int, forked: bool
 ) -> None:
     global _format, _progress
+    # forked while the GC was paused (fmtfs.gcpause: a scan in this process
+    # starts the workers once its pace says they are worth it), a worker
+    # would keep it paused for good
+    gc.enable()
     if forked:  # standard streams on /dev/null, as _quiet_stdio gives spawned workers
         _on_devnull((0, 1, 2))
     else:  # a forked worker inherits the mount's settings

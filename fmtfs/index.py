@@ -30,6 +30,7 @@ from fmtfs.decoders import DecodePool
 from fmtfs.digest import digest
 from fmtfs.entries import ChunkMeta, StreamEntry, ViewPieces
 from fmtfs.formats.base import FileIdentity, Problem, State, Stream
+from fmtfs.gcpause import paused
 from fmtfs.keptpieces import Kept, KeptPieces, default_limit
 from fmtfs.scanning import (
     Progress,
@@ -482,7 +483,10 @@ class Index:
 
     def _finish(self, job: _ScanJob, scanned: Scanned) -> StreamEntry:
         """Store what a scan found and publish the new entry."""
-        self._store(job.entry, scanned, job.identity)
+        # the GC paused: a few objects per piece, none in a cycle (wallaby's
+        # 26,713 pieces: 0.17-0.22 -> 0.12-0.14 s)
+        with paused():
+            self._store(job.entry, scanned, job.identity)
         self.entries[job.entry.stream.name] = job.entry
         self.reader.forget_stream(job.entry.stream.name)
         return job.entry
