@@ -35,8 +35,8 @@ import math
 import os
 import shutil
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import lz4.block
 import xxhash
@@ -53,9 +53,10 @@ HEADER = len(MAGIC) + 8
 DEFAULT_LIMIT = 8 << 30
 
 
-@dataclass(frozen=True)
-class Kept:
-    """Where one kept piece is, in the store file whose id is `file`."""
+class Kept(NamedTuple):
+    """Where one kept piece is, in the store file whose id is `file`.  A
+    named tuple: a first mount's workers send one per piece (wallaby 100 MB:
+    26,713), which unpickle in 17 ms, against 76 ms as a dataclass."""
 
     at: int
     length: int  # compressed bytes
