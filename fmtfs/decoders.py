@@ -197,6 +197,49 @@ def _forkable() -> bool:
     return "fork" in multiprocessing.get_all_start_methods() and threading.active_count() == 1
 
 
+class _Shared:
+    """Jobs shared out between the workers that are up, which take them
+    from the front of the list, one each at a time, and this process,
+    which takes them from the back (DecodePool.scan_all and cut_all)."""
+
+    def __init__(
+        self,
+        submit: Callable[..., Future],
+        fn: Callable[..., Any],
+        jobs: dict[Any, tuple],
+        failed: Callable[[Any, BaseException], Any],
+    ) -> None:
+        """`fn(*jobs[key])` runs a job in a worker; `failed(key, error)` is
+        what a job the worker failed gives."""
+        self.submit, self.fn, self.jobs, self.failed = submit, fn, jobs, failed
+        self.todo = deque(jobs)
+        self.running: dict[Future, Any] = {}
+        self.out: dict[Any, Any] = {}
+
+    def tick(self, slots: int) -> None:
+        """Collect what the workers finished, and hand them jobs up to
+        `slots` held at once."""
+        for future in [f for f in self.running if f.done()]:
+            key = self.running.pop(future)
+            error = future.exception()
+            self.out[key] = future.result() if error is None else self.failed(key, error)
+        while self.todo and len(self.running) < slots:
+            key = self.todo.popleft()
+            self.running[self.submit(self.fn, *self.jobs[key])] = key
+
+    def run(self, here: Callable[[Any], Any] | None, tick: Callable[[], None]) -> dict[Any, Any]:
+        """Every job's result, key -> what it gave: `here(key)` (if given)
+        runs them in this process meanwhile, tick() between them."""
+        while self.todo or self.running:
+            if self.todo and here is not None:
+                key = self.todo.pop()
+                self.out[key] = here(key)
+            elif self.running:
+                wait(self.running, timeout=0.1, return_when=FIRST_COMPLETED)
+            tick()
+        return self.out
+
+
 class DecodePool:
     """Worker processes decoding chunks of one source, each with the
     source's format open: a chunk or a scan range is sent to one of them.
@@ -319,9 +362,7 @@ class DecodePool:
         have their first jobs (MEANWHILE_AHEAD each), before any scan here:
         work this process must do anyway (fmtfs mount imports its FUSE
         server) runs beside the workers' scans instead of before them."""
-        todo = deque(jobs)
-        running: dict[Future, Any] = {}
-        out: dict[Any, Scanned | BaseException] = {}
+        shared = _Shared(self._submit, _scan, jobs, lambda _, error: error)
         if here is None:
             self._executor()
 
@@ -329,28 +370,14 @@ class DecodePool:
             # a worker reports a chunk before it returns its scan, so what is
             # queued now covers every scan found done below
             self.report(progress)
-            for future in [f for f in running if f.done()]:
-                key = running.pop(future)
-                error = future.exception()
-                out[key] = future.result() if error is None else error
-            up = self.workers if here is None else self.workers_up()
-            while todo and len(running) < up * ahead:
-                key = todo.popleft()
-                running[self._submit(_scan, *jobs[key])] = key
+            shared.tick((self.workers if here is None else self.workers_up()) * ahead)
 
         tick()
         if meanwhile is not None:
             self.wait_ready()  # forked: a few milliseconds
             tick(MEANWHILE_AHEAD)  # no tick() comes while meanwhile() runs
             meanwhile()
-        while todo or running:
-            if todo and here is not None:
-                key = todo.pop()
-                out[key] = here(key, tick)
-            elif running:
-                wait(running, timeout=0.1, return_when=FIRST_COMPLETED)
-            tick()
-        return out
+        return shared.run(None if here is None else lambda key: here(key, tick), tick)
 
     def cut_all(
         self,
@@ -364,30 +391,13 @@ class DecodePool:
         length prefix (kestrel 100 MB: 0.17 s in this process alone), and
         the workers, started for the scan, would wait for it.  A worker
         that fails to cut leaves its stream to `here`."""
-        todo = deque(jobs)
-        running: dict[Future, Any] = {}
-        out: dict[Any, list[ScanRange]] = {}
+        shared = _Shared(self._submit, _cut, jobs, lambda key, _: here(key))
 
-        def collect(future: Future) -> None:
-            key = running.pop(future)
-            try:
-                out[key] = future.result()
-            except Exception:  # noqa: BLE001 - a dead worker: the cut is only a plan, made here then
-                out[key] = here(key)
+        def tick() -> None:  # only to workers already up: a spawned one takes a second to start
+            shared.tick(self.workers_up())
 
-        while todo or running:
-            for future in [f for f in running if f.done()]:
-                collect(future)
-            # only to workers already up: a spawned one takes a second to start
-            while todo and len(running) < self.workers_up():
-                key = todo.popleft()
-                running[self.run(_cut, *jobs[key])] = key
-            if todo:
-                key = todo.pop()
-                out[key] = here(key)
-            elif running:
-                collect(next(iter(wait(running, return_when=FIRST_COMPLETED).done)))
-        return out
+        tick()
+        return shared.run(here, tick)
 
     def report(self, progress: Progress | None) -> None:
         """Tell `progress` of the chunks the workers scanned since the last report."""
