@@ -67,7 +67,7 @@ CREATE TABLE IF NOT EXISTS chunks (
     tmin INTEGER,
     tmax INTEGER,
     -- the chunk's piece of each view it feeds, as JSON: [[view, length], ...],
-    -- with where a kept one is after its length (Index._store, _kept_of)
+    -- with where a kept one is after its length (_piece_entry, _kept_of)
     pieces BLOB NOT NULL,
     -- the store its kept pieces are in (fmtfs.keptpieces: one per chunk,
     -- kept at once), and their compressed bytes (a piece views share: once)
@@ -165,10 +165,17 @@ def _chunk_row(stream: int, seq: int, chunk: ScannedChunk, pieces: list[list]) -
     )
 
 
-def _kept_of(piece: list) -> Kept:
-    """Where a piece is kept, from its entry in a chunk's pieces (_store
-    writes [view, length] or [view, length, at, kept length, check, file])."""
-    return Kept(piece[2], piece[3], piece[1], piece[4], piece[5])
+def _piece_entry(view: str, length: int, kept: Kept | None) -> list:
+    """A piece's entry in its chunk's pieces (the chunks table's JSON):
+    [view, length], and where it is kept after them when it is."""
+    if kept is None:
+        return [view, length]
+    return [view, length, kept.at, kept.length, kept.check, kept.file]
+
+
+def _kept_of(piece: list) -> Kept | None:
+    """Where a piece is kept, from its _piece_entry (None: it is not)."""
+    return Kept(piece[2], piece[3], piece[1], piece[4], piece[5]) if len(piece) > 2 else None
 
 
 class Index:
@@ -221,18 +228,18 @@ class Index:
         ).fetchall()
         pieces = {rowid: orjson.loads(blob) for rowid, blob in rows}
         old = {
-            (rowid, i): _kept_of(piece)
+            (rowid, i): kept
             for rowid, chunk in pieces.items()
             for i, piece in enumerate(chunk)
-            if len(piece) > 2
+            if (kept := _kept_of(piece)) is not None
         }
         moved = self.kept.compacted(old.values())
         if moved is None:
             return
         log.info("rewrote the kept pieces of %s without %d dead bytes", self.source_key, dead)
         for (rowid, i), kept in old.items():
-            pieces[rowid][i][2] = moved[kept].at
-            pieces[rowid][i][5] = moved[kept].file
+            view, length = pieces[rowid][i][:2]
+            pieces[rowid][i] = _piece_entry(view, length, moved[kept])
         with self.db:  # every piece moved: the chunks' pieces are in the new file
             self.db.executemany(
                 "UPDATE chunks SET pieces=?, kept_file=? WHERE rowid=?",
@@ -540,8 +547,9 @@ class Index:
             for piece in orjson.loads(pieces):
                 view, length = piece[0], piece[1]
                 entry.views.setdefault(view, ViewPieces()).add(seq, length)
-                if len(piece) > 2 and piece[5] == store:
-                    entry.kept[view, seq] = _kept_of(piece)
+                kept = _kept_of(piece)
+                if kept is not None and kept.file == store:
+                    entry.kept[view, seq] = kept
         entry.problems = [
             Problem(file, offset, error)
             for offset, file, error in self.db.execute(
@@ -619,11 +627,9 @@ class Index:
                     pieces = grown[view] = entry.views[view] = shared.copy() if shared else ViewPieces()
                 pieces.add(seq, length)
                 kept = item.kept.get(view)
-                if kept is None:
-                    piece_list.append([view, length])
-                else:
+                if kept is not None:
                     entry.kept[view, seq] = kept
-                    piece_list.append([view, length, kept.at, kept.length, kept.check, kept.file])
+                piece_list.append(_piece_entry(view, length, kept))
             chunk_rows.append(_chunk_row(entry.row_id, seq, item, piece_list))
         self._add_fixed_views(entry)
         entry.identity = identity
