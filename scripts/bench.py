@@ -15,7 +15,7 @@ ones (the JVM stays up once started):
                  `cat` reads: derived views render then)  vs  the plain decode+render loop
                  (each the best of 5, the two taken in turn)
   cold_cat       `cat` of every record view over a fresh mount, from their first stat
-                 vs  the plain decode+render loop (the best of 2 mounts)
+                 vs  the plain decode+render loop (the best of 3 mounts)
                  (the pieces the first mount's scan rendered are kept: read back, not decoded;
                  cold_cat_decoding: the same over a mount of a cache of its own that keeps none,
                  every chunk and derived view decoded)
@@ -39,7 +39,8 @@ ones (the JVM stays up once started):
                  (the median of 3 mounts; ls_N_floor: vs a minimal pyfuse3 filesystem answering
                  from a dict, scripts/minimal_fuse.py: the kernel, libfuse, pyfuse3 and trio alone)
   write_through  `cat lines >> view` (20,000 lines)              vs  the format's encoder in process
-  peak_rss_mb    peak RSS of the mount and its children while it serves the cats (MB, not a ratio)
+  peak_rss_mb    peak PSS of the mount and its children while it serves one more cold cat of each
+                 kind, untimed (MB, not a ratio: sampled every 50 ms, never during a timed cat)
   first_read_rss_mb  the same over an empty cache, from the first stat of every view (derived
                  views render then) through the cat (MB)
   twins_build    `fmtfs index` building every Parquet twin (index built) vs the plain loop (time ratio)
@@ -82,7 +83,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
 from functools import partial
@@ -321,20 +322,18 @@ def cpu_seconds(pid: int) -> float:
 
 
 def _tree(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(parent, []).append(int(entry.name))
+    """`root` and its descendants, from each thread's list of the children
+    it started: a walk of all of /proc took 6 ms a sample, a tenth of a
+    core at the sampler's 50 ms."""
     pids, todo = [], [root]
     while todo:
         pid = todo.pop()
         pids.append(pid)
-        todo.extend(children.get(pid, []))
+        for children in Path(f"/proc/{pid}/task").glob("*/children"):
+            try:
+                todo.extend(int(child) for child in children.read_text().split())
+            except OSError:
+                continue  # a thread or process that just ended
     return pids
 
 
@@ -446,23 +445,31 @@ def figure_first_mount(run: FormatRun) -> list[Figure]:
     ]
 
 
-COLD_RUNS = 2  # cold `cat`s timed, each over a fresh mount, of which the best counts
+COLD_RUNS = 3  # cold `cat`s timed, each over a fresh mount, of which the best counts
+
+
+def cold_mount(
+    run: FormatRun, mnt: Path, *options: str, decoding: bool = False
+) -> AbstractContextManager[float]:
+    """A fresh mount of the built index (`options` added) for a cold `cat`.
+    `decoding`: over a cache of its own, indexed by that mount (untimed), so
+    no rendered byte is reused, derived views' included."""
+    cache = run.fresh("cache-decoding") if decoding else run.scratch / "cache"
+    return mounted(run.source, mnt, cache, *options)
 
 
 def cold_cats(run: FormatRun, mnt: Path, *options: str, decoding: bool = False) -> tuple[float, int]:
     """The best of COLD_RUNS cold `cat`s of every record view (run_first_cat),
-    each over a fresh mount of the built index (`options` added), as the
-    baseline's best run counts; and the mount's peak PSS over them all.
-    `decoding`: each mount over a cache of its own, indexed by that mount
-    (untimed), so no rendered byte is reused, derived views' included."""
-    seconds, peak = [], 0
+    each over a cold_mount, as the baseline's best run counts; and the
+    mount's peak PSS over one more, untimed: the sampler's walks of /proc
+    would take CPU from the decoding it times."""
+    seconds = []
     for _ in range(COLD_RUNS):
-        cache = run.fresh("cache-decoding") if decoding else run.scratch / "cache"
-        with mounted(run.source, mnt, cache, *options):
-            with PeakRss(mnt) as rss:
-                seconds.append(run_first_cat(mnt, run.layout))
-        peak = max(peak, rss.peak)
-    return min(seconds), peak
+        with cold_mount(run, mnt, *options, decoding=decoding):
+            seconds.append(run_first_cat(mnt, run.layout))
+    with cold_mount(run, mnt, *options, decoding=decoding), PeakRss(mnt) as rss:
+        run_first_cat(mnt, run.layout)
+    return min(seconds), rss.peak
 
 
 def figure_cat(run: FormatRun) -> list[Figure]:
