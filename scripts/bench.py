@@ -110,22 +110,24 @@ class Layout:
 
     views: tuple[str, ...]  # globs of the record views `cat` reads (what the baseline renders)
     spark_folder: str  # the view folder Spark reads
-    write_view: Callable[[Path], str]  # the view `cat lines >>` appends to (given the mount)
+    write_view: Callable[[Path], str]  # the view `cat lines >>` appends to (given the source folder)
     positional: tuple[str, ...]  # keys the writer assigns itself: dropped from written lines
     stream_files: Callable[[Path], list[Path]]  # the files of one stream, copied to make N streams
     renamed: Callable[[str, int], str]  # a stream file's name in copy i
     stream_view: Callable[[int, str], str]  # the view of copy i (given the first stream file's name)
 
 
-def _newest(folder: Path, pattern: str) -> str:
-    return max((p.name for p in folder.glob(pattern)), key=lambda n: int(n.split(".")[0]))
+def _newest(folder: Path, pattern: str, field: int) -> int:
+    """The largest number among the names of `folder`'s files matching
+    `pattern`, at dot-separated `field` (`12.seg`, `jobs.1795959152892`)."""
+    return max(int(p.name.split(".")[field]) for p in folder.glob(pattern))
 
 
 LAYOUTS: dict[str, Layout] = {
     "beats": Layout(
         views=("segments/*.jsonl",),
         spark_folder="segments",
-        write_view=lambda mnt: f"segments/{_newest(mnt / 'segments', '*.jsonl')}",
+        write_view=lambda src: f"segments/{_newest(src, '*.seg', 0)}.jsonl",
         positional=(),
         stream_files=lambda src: [src / "0.seg"],
         renamed=lambda name, i: f"{i}.seg",
@@ -134,7 +136,7 @@ LAYOUTS: dict[str, Layout] = {
     "wallaby": Layout(
         views=("*/records.jsonl",),
         spark_folder="events.log",
-        write_view=lambda mnt: "events.log/records.jsonl",
+        write_view=lambda src: "events.log/records.jsonl",
         positional=("index",),
         stream_files=lambda src: [src / "events.log", src / "events.log.idx"],
         renamed=lambda name, i: name.replace("events", f"l{i:05d}"),
@@ -143,7 +145,7 @@ LAYOUTS: dict[str, Layout] = {
     "kestrel": Layout(
         views=("*/journal/*.jsonl",),
         spark_folder="jobs/journal",
-        write_view=lambda mnt: f"jobs/journal/{_newest(mnt / 'jobs' / 'journal', '*.jsonl')}",
+        write_view=lambda src: f"jobs/journal/{_newest(src, 'jobs.[0-9]*', 1)}.jsonl",
         positional=("id",),
         stream_files=lambda src: [min(src.glob("jobs.[0-9]*"))],
         renamed=lambda name, i: f"q{i:05d}.{name.split('.')[1]}",
@@ -152,7 +154,7 @@ LAYOUTS: dict[str, Layout] = {
     "proio": Layout(
         views=("*/events.jsonl",),
         spark_folder="sample.proio",
-        write_view=lambda mnt: "sample.proio/events.jsonl",
+        write_view=lambda src: "sample.proio/events.jsonl",
         positional=("event",),
         stream_files=lambda src: [src / "sample.proio"],
         renamed=lambda name, i: f"s{i:05d}.proio",
@@ -161,7 +163,7 @@ LAYOUTS: dict[str, Layout] = {
     "gvfs": Layout(
         views=("*/journal.jsonl", "*/metadata.jsonl"),
         spark_folder="home",
-        write_view=lambda mnt: "home/journal.jsonl",
+        write_view=lambda src: "home/journal.jsonl",
         positional=(),
         stream_files=lambda src: [src / "home", *src.glob("home-*.log")],
         renamed=lambda name, i: name.replace("home", f"t{i:05d}"),
@@ -658,9 +660,11 @@ def figure_write_through(run: FormatRun) -> list[Figure]:
     append of 20,000 gvfs lines took 0.60, 1.09 and 0.72 s in three runs of
     the same code).  The appends through the mount go to one mount, warm
     after the first as the encoder's interpreter is; the encoder appends to
-    one copy of the source as well, each time to the view the mount's append
-    went to: both sides write the same lines to a source grown alike (a
-    gvfs append to a grown journal is slower than the first)."""
+    one copy of the source as well: both sides write the same lines to a
+    source grown alike (a gvfs append to a grown journal is slower than the
+    first), each to its copy's newest view (an append may start a new
+    kestrel writer file, whose view is then the one written: the old one
+    refuses, and its name is the time it started)."""
     lines = _lines_to_write(run)
     lines_file = run.scratch / "lines.jsonl"
     lines_file.write_bytes(lines)
@@ -670,14 +674,13 @@ def figure_write_through(run: FormatRun) -> list[Figure]:
     over_mount, encoder = [], []
     with mounted(through, mnt, run.fresh("write-cache")):
         for _ in range(WRITE_RUNS):
-            # asked again each time: an append may start a new kestrel writer
-            # file, whose view is then the one written (the old one refuses)
-            view = run.layout.write_view(mnt)
+            view = run.layout.write_view(through)
             before = _identities(through)
             over_mount.append(timed(partial(_append, lines_file, mnt / view))[0])
             if _identities(through) == before:
                 raise SystemExit(f"{run.fmt}: writing {view} changed no native file")
-            encoder.append(timed(partial(_encode, in_process, run.fmt, view, lines))[0])
+            own = run.layout.write_view(in_process)
+            encoder.append(timed(partial(_encode, in_process, run.fmt, own, lines))[0])
     # names differ (a kestrel writer file is named by the time, a gvfs
     # journal by a random tag), sizes must not
     if sorted(size for _, size, _ in _identities(through)) != sorted(
