@@ -81,7 +81,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
@@ -327,22 +327,24 @@ def wait_quiet(pid: int, step: float = 0.1, limit: float = 10.0) -> None:
     """Until `pid` and its descendants stop using the CPU (less than 5 % of
     one core for `step`), or `limit` seconds."""
     end = time.monotonic() + limit
-    last = _tree_cpu_seconds(pid)
+    last = cpu_seconds_of(_tree(pid))
     while time.monotonic() < end:
         time.sleep(step)
-        now = _tree_cpu_seconds(pid)
+        now = cpu_seconds_of(_tree(pid))
         if now - last < step / 20:
             return
         last = now
 
 
-def _tree_cpu_seconds(root: int) -> float:
+def cpu_seconds_of(pids: Iterable[int]) -> float:
+    """cpu_seconds summed over `pids`, but for those that have ended since
+    they were listed (a worker let go)."""
     total = 0.0
-    for pid in _tree(root):
+    for pid in pids:
         try:
             total += cpu_seconds(pid)
         except OSError:
-            continue  # ended meanwhile (a worker let go)
+            continue
     return total
 
 

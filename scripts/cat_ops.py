@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from bench import LAYOUTS, _tree, cpu_seconds, generate, mounted, view_files  # noqa: E402
+from bench import LAYOUTS, _tree, cpu_seconds, cpu_seconds_of, generate, mounted, view_files  # noqa: E402
 
 
 def serve_counting_reads(source: Path, mnt: Path, cache: Path, report: Path) -> None:
@@ -69,7 +69,7 @@ def cached_pages(paths: list[Path]) -> tuple[int, int]:
 
 
 def _workers_cpu(pid: int) -> float:
-    return sum(cpu_seconds(p) for p in _tree(pid)[1:])
+    return cpu_seconds_of(_tree(pid)[1:])
 
 
 def report(child: subprocess.Popen, path: Path) -> list[str]:
