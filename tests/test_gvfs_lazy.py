@@ -17,7 +17,8 @@ from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model, part_bounds
 from fmtfs.formats.gvfs.metadata import PIECE_LINES, metadata_pieces
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, OP_UNSET, Entry, MetaModel, Node
 from fmtfs.formats.gvfs.records import metadata_record
-from fmtfs.formats.gvfs.tree import LazyTree, TreeError, build_tree, read_tree
+from fmtfs.formats.gvfs.tree import LazyTree, TreeError, read_tree
+from fmtfs.formats.gvfs.treewriter import build_tree
 from fmtfs.pieces import Pieces
 from fmtfs.render import parse_lines, render_lines
 from fmtfs.views import SourceTree

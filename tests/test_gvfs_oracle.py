@@ -17,7 +17,8 @@ import pytest
 from fmtfs.formats.base import BadRecord
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import JOURNAL_SIZE
-from fmtfs.formats.gvfs.tree import build_tree, read_header
+from fmtfs.formats.gvfs.tree import read_header
+from fmtfs.formats.gvfs.treewriter import build_tree
 from fmtfs.render import parse_lines
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
@@ -360,9 +361,11 @@ def test_fmtfs_appends_and_rotates_and_gio_reads_them(session, monkeypatch):
     }
 
 
-def test_a_bulk_write_grows_the_journal_and_the_daemon_reads_and_extends_it(session):
+def test_a_bulk_write_grows_the_journal_and_the_daemon_reads_and_extends_it(session, tmp_path):
     """50,000 sets go into one grown journal (no rebuild per 32 KiB); gio
-    reads it, the daemon appends to it and its own rebuild keeps every entry."""
+    reads it, the daemon appends to it and its own rebuild keeps every entry,
+    byte for byte as fmtfs rebuilds it (folders of 1,000 names: string
+    blocks whose hash tables grew eight times)."""
     touch_paths(session.home, ["/B/seed.txt"])
     assert session.gio_set("B/seed.txt", "seed", "1").returncode == 0
     session.stop_daemon()
@@ -401,8 +404,13 @@ def test_a_bulk_write_grows_the_journal_and_the_daemon_reads_and_extends_it(sess
     last = [r for c in stream.scan(None, None) for r in c.records["home/journal.jsonl"]][-1]
     assert (last["op"], last["key"], last["value"]) == ("set", "after", "daemon")
     assert session.gio_set("B/seed.txt", "final", "yes").returncode == 0
+    snapshot = tmp_path / "snapshot"
+    shutil.copytree(session.folder, snapshot)  # the daemon keeps the journal mmapped: a live copy
     session.stop_bus()
-    assert read_header((session.folder / "home").read_bytes()).tag != tag  # the daemon's rebuild
+    live_tree = (session.folder / "home").read_bytes()
+    assert read_header(live_tree).tag != tag  # the daemon's rebuild
+    model = store.effective_model(store.read_state(snapshot / "home"))
+    assert build_tree(model, read_header(live_tree).tag) == live_tree
     final = home_metadata(session.folder)
     assert final["/B/seed.txt"]["metadata"] == {"seed": "1", "after": "daemon", "final": "yes"}
     assert {p: r["metadata"] for p, r in final.items() if p != "/B/seed.txt"} == {

@@ -9,13 +9,23 @@ from pathlib import Path
 import pytest
 
 from fmtfs.formats.base import Chunk, Problem
-from fmtfs.formats.gvfs import GvfsFormat, store
-from fmtfs.formats.gvfs.ghash import SlotOrder, str_hash
+from fmtfs.formats.gvfs import GvfsFormat, ghash, store
+from fmtfs.formats.gvfs.ghash import SlotOrder, str_hash, str_hashes
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry, read_journal, verify_entry
-from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV
-from fmtfs.formats.gvfs.tree import LazyTree, TreeError, build_tree, read_header, read_tree
+from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, MetaModel, Node
+from fmtfs.formats.gvfs.tree import (
+    LazyTree,
+    TreeError,
+    _open,
+    _read_checked,
+    _read_clean,
+    read_header,
+    read_tree,
+)
 from fmtfs.formats.gvfs.treecheck import is_clean
+from fmtfs.formats.gvfs.treewriter import build_tree
 from fmtfs.render import parse_lines
+from fmtfs.samples import gvfs as sample
 from tests import resume
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
@@ -133,6 +143,24 @@ def test_string_block_growth_keeps_every_key_once():
 
 
 # -- the fixtures ---------------------------------------------------------------
+
+
+def test_hashes_at_once_match_the_hash_of_each(monkeypatch):
+    """str_hashes (numpy, for a rebuild's every string) gives str_hash's
+    values, over signed chars, empty keys and keys longer than a batch;
+    add_all places keys where add() one at a time does."""
+    keys = [b"", b"\xff", b"a", bytes(range(1, 256)), b"x" * 5000]
+    keys += [f"file-{i:05d}.txt".encode() for i in range(3000)]
+    want = [str_hash(k) for k in keys]
+    assert str_hashes(keys) == want
+    monkeypatch.setattr(ghash, "_BATCH_BYTES", 7)
+    assert str_hashes(keys) == want
+    assert str_hashes([]) == []
+    one, all_at_once = SlotOrder(), SlotOrder()
+    for key in keys:
+        one.add(key)
+    all_at_once.add_all(keys, want)
+    assert list(all_at_once) == list(one) and len(one.hashes) == 4096
 
 
 def test_tree_walk_of_fixture_02():
@@ -409,3 +437,37 @@ def test_the_quick_check_finds_damage_exactly_when_the_walk_does():
             assert tree.problems() == tree.walked_problems()
             checked[clean] += 1
     assert checked[True] > 100 and checked[False] > 100, checked
+
+
+def shape(root: Node) -> list:
+    """Every node of a model: path, time, keys and children in their order."""
+    return [(path, n.last_changed, n.keys, list(n.children)) for path, n in MetaModel(root).walk()]
+
+
+def test_a_clean_tree_is_read_alike_without_the_checks(tmp_path):
+    """read_tree reads a tree treecheck finds clean without checking each
+    pointer: the same model as the checked walk, for the fixtures, every
+    variant of them the check finds clean, and a sample store's tree."""
+    sample_tree = sample.generate(tmp_path / "s", 3000) / "home"
+    trees = [(FIXTURES / f / "home").read_bytes() for f in ("02-after-timer-flush", "05-many-journal")]
+    for good in trees[:]:
+        for pos in range(len(good)):
+            damaged = bytearray(good)
+            damaged[pos] ^= 0xA5
+            trees.append(bytes(damaged))
+    compared = 0
+    for data in [sample_tree.read_bytes(), *trees]:
+        try:
+            header, reader, keywords, root_dirent = _open(data)
+        except TreeError:
+            continue
+        if not is_clean(data, root_dirent, len(keywords)):
+            continue
+        fast, checked = Node(), Node()
+        _read_clean(data, header.base, keywords, fast, root_dirent)
+        _read_checked(reader, header, keywords, checked, root_dirent)
+        assert reader.problems == []
+        assert shape(fast) == shape(checked), data.hex()
+        assert shape(read_tree(data).model.root) == shape(checked)
+        compared += 1
+    assert compared > 100

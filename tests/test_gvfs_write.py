@@ -17,7 +17,8 @@ from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import HEADER_SIZE, JOURNAL_SIZE, read_journal
 from fmtfs.formats.gvfs.model import MetaModel, Node
 from fmtfs.formats.gvfs.records import record_entry, show_time
-from fmtfs.formats.gvfs.tree import build_tree, read_header, read_tree
+from fmtfs.formats.gvfs.tree import read_header, read_tree
+from fmtfs.formats.gvfs.treewriter import build_tree
 from fmtfs.render import parse_lines
 from fmtfs.samples import gvfs as sample
 from tests.conftest import FIXTURES as FIXTURES_ROOT

@@ -47,10 +47,11 @@ from fmtfs.formats.gvfs.tree import (
     TreeError,
     TreeFile,
     TreeHeader,
-    build_tree,
     read_header,
     read_tree,
 )
+from fmtfs.formats.gvfs.treewriter import build_tree
+from fmtfs.gcpause import paused
 from fmtfs.permissions import inherit
 
 _TEMP = re.compile(r"^(?P<tree>.+)\.[A-Za-z0-9]{6}$")  # mkstemp's <tree>.XXXXXX
@@ -282,7 +283,11 @@ def append_entries(tree_path: Path, entries: list[bytes]) -> int:
             written = _append_fitting(jpath, header.tag, pending)
             pending = pending[written:]
             if pending and not _grow_journal(jpath, sum(len(e) for e in pending)):
-                rebuild(tree_path, effective_model(read_state(tree_path)))
+                # every node in memory at once, none in a cycle: collections
+                # walked them over and over (reading a full journal after an
+                # 11.6 MB tree: 0.4-0.9 s of it -> 0.16 s)
+                with paused():
+                    rebuild(tree_path, effective_model(read_state(tree_path)))
                 rebuilds += 1
     return rebuilds
 

@@ -1,5 +1,5 @@
-"""Tree files: reading them into a MetaModel and writing a model out exactly
-as gvfsd-metadata's metabuilder does (spec §2)."""
+"""Tree files: reading them into a MetaModel, or lazily (LazyTree), with
+gvfs's checks (spec §2).  fmtfs.formats.gvfs.treewriter writes them."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from fmtfs.formats.gvfs.ghash import SlotOrder
 from fmtfs.formats.gvfs.model import Dirent, MetaModel, Node, Value
+from fmtfs.gcpause import paused
 
 TREE_MAGIC = b"\xda\x1ameta"
 HEADER_SIZE = 32
@@ -224,14 +224,61 @@ def read_tree(data: bytes) -> TreeFile:
     makes on open; damage found later is skipped and listed in `problems`.
     A model of every node: what a rebuild needs (reading views goes through
     LazyTree instead)."""
+    from fmtfs.formats.gvfs.treecheck import is_clean  # numpy: imported when a tree is read whole
+
     header, r, keywords, root_dirent = _open(data)
-    base = header.base
     root = Node()
+    with paused():  # a node each, none in a cycle: collections only slowed it (2.4 -> 1.5 s)
+        if is_clean(data, root_dirent, len(keywords)):
+            _read_clean(data, header.base, keywords, root, root_dirent)
+        else:
+            _read_checked(r, header, keywords, root, root_dirent)
+    return TreeFile(header, keywords, MetaModel(root, root_dirent[2]), r.problems)
+
+
+def _read_checked(
+    r: _Reader, header: TreeHeader, keywords: list[bytes], root: Node, root_dirent: Dirent
+) -> None:
+    """The tree's nodes into `root`, each pointer checked as gvfs does (the
+    problems are r's)."""
+    base = header.base
     for node, dirent_off, (_, meta_off, raw_time) in _walk(r, header.root, root_dirent, root, _new_child, {}):
         node.last_changed = raw_time + base if raw_time else 0
         if meta_off:  # 0: none (trees written before gvfs 1.31.3)
             r.read_keys(dirent_off, meta_off, keywords, node.keys)
-    return TreeFile(header, keywords, MetaModel(root, root_dirent[2]), r.problems)
+
+
+def _read_clean(data: bytes, base: int, keywords: list[bytes], root: Node, root_dirent: Dirent) -> None:
+    """_read_checked for a tree treecheck found free of damage: the same
+    nodes, with none of _Reader's checks, each a call per pointer (a
+    rebuild reads a whole 11.6 MB tree of 200,000 nodes: 1.5 -> 0.9 s).  A
+    clean tree reads no block twice, so the order of the walk is free."""
+    unpack, find = struct.unpack_from, data.find
+    stack = [(root, root_dirent)]
+    while stack:
+        node, (children_off, meta_off, raw_time) = stack.pop()
+        node.last_changed = raw_time + base if raw_time else 0
+        if meta_off:
+            (count,) = unpack(">I", data, meta_off)
+            pairs = unpack(f">{2 * count}I", data, meta_off + 4)
+            keys = node.keys
+            for key_raw, value_off in zip(pairs[::2], pairs[1::2], strict=True):
+                if key_raw & KEY_IS_LIST:
+                    (items,) = unpack(">I", data, value_off)
+                    value: Value = [
+                        data[at : find(b"\0", at)] for at in unpack(f">{items}I", data, value_off + 4)
+                    ]
+                else:
+                    value = data[value_off : find(b"\0", value_off)]
+                keys[keywords[key_raw & ~KEY_IS_LIST]] = value
+        if children_off:
+            (count,) = unpack(">I", data, children_off)
+            entries = unpack(f">{4 * count}I", data, children_off + 4)
+            children = node.children
+            for i in range(0, 4 * count, 4):
+                at = entries[i]
+                child = children[data[at : find(b"\0", at)]] = Node()
+                stack.append((child, entries[i + 1 : i + 4]))
 
 
 def _no_payload(parent: None, name: bytes) -> None:
@@ -436,186 +483,3 @@ class LazyTree:
                 r.read_keys(dirent_off, meta_off, self.keywords, scratch)
                 scratch.clear()
         return r.problems
-
-
-# -- writing -----------------------------------------------------------------
-
-
-class _Out:
-    """metabuilder's output buffer: u32 placeholders patched later, string
-    blocks emitted in GHashTable order."""
-
-    def __init__(self) -> None:
-        self.buf = bytearray()
-
-    def u32(self, value: int = 0) -> int:
-        at = len(self.buf)
-        self.buf += _U32S.pack(value & _U32)
-        return at
-
-    def patch(self, at: int, value: int) -> None:
-        _U32S.pack_into(self.buf, at, value)
-
-    def pad(self) -> None:
-        self.buf += b"\0" * (-len(self.buf) % 4)
-
-
-class _StringBlock:
-    """Deduplicated strings of one block; each reference is a placeholder."""
-
-    def __init__(self, out: _Out) -> None:
-        self.out = out
-        self.refs: dict[bytes, list[int]] = {}
-        self.order = SlotOrder()
-
-    def ref(self, text: bytes) -> None:
-        at = self.out.u32(0xDEADDEAD)
-        refs = self.refs.get(text)
-        if refs is None:
-            refs = self.refs[text] = []
-            self.order.add(text)
-        refs.append(at)
-
-    def end(self) -> None:
-        out = self.out
-        for text in self.order:
-            here = len(out.buf)
-            out.buf += text + b"\0"
-            for at in self.refs[text]:
-                out.patch(at, here)
-        out.pad()
-
-
-def _times(root: Node) -> int:
-    """metabuilder's time base: minimum non-zero time minus one, moved up
-    when the span would overflow 32 bits."""
-    t_min = t_max = 0
-    stack = [root]
-    while stack:
-        node = stack.pop()
-        t = node.last_changed
-        if t_min == 0:
-            t_min = t
-        elif t != 0 and t < t_min:
-            t_min = t
-        if t > t_max:
-            t_max = t
-        stack.extend(node.children.values())
-    base = t_min - 1 if t_min != 0 else 0
-    if t_max - base > _U32:
-        base = t_max - _U32
-    return base
-
-
-def build_tree(model: MetaModel, tag: int) -> bytes:
-    """Serialise `model` as gvfsd-metadata would (spec §2.3), with `tag`."""
-    return _TreeWriter(model, tag).write()
-
-
-class _TreeWriter:
-    """metabuilder's write order (spec §2.3): header, keyword table, root
-    dirent, children blocks breadth first, then metadata groups breadth
-    first.  Pointers are placeholders patched when their block is written."""
-
-    def __init__(self, model: MetaModel, tag: int) -> None:
-        self.root = model.root
-        self.tag = tag
-        self.base = _times(self.root)
-        self.out = _Out()
-        self.key_ids: dict[bytes, int] = {}
-        # id(node) -> offset of its dirent's children / metadata pointer
-        self.children_field: dict[int, int] = {}
-        self.meta_field: dict[int, int] = {}
-
-    def write(self) -> bytes:
-        self.out.buf += _HEADER.pack(TREE_MAGIC, 1, 0, 0, self.tag, 0, 0, self.base)
-        self._keyword_table()
-        self._root_dirent()
-        order = self._children_blocks()
-        self._metadata_group([self.root])
-        for node in order:
-            if node.children:
-                self._metadata_group([node.children[name] for name in sorted(node.children)])
-        return bytes(self.out.buf)
-
-    def _keyword_table(self) -> None:
-        """Every key in use, strcmp order; a key's id is its index."""
-        used: set[bytes] = set()
-        stack = [self.root]
-        while stack:
-            node = stack.pop()
-            used.update(node.keys)
-            stack.extend(node.children.values())
-        keys = sorted(used)
-        self.key_ids = {k: i for i, k in enumerate(keys)}
-        out = self.out
-        out.patch(20, len(out.buf))
-        out.u32(len(keys))
-        block = _StringBlock(out)
-        for k in keys:
-            block.ref(k)
-        block.end()
-
-    def _root_dirent(self) -> None:
-        out, root = self.out, self.root
-        out.patch(16, len(out.buf))
-        name_at = out.u32()
-        self.children_field[id(root)] = out.u32()
-        self.meta_field[id(root)] = out.u32()
-        out.u32(root.last_changed)  # absolute, truncated (spec §2.6)
-        out.patch(name_at, len(out.buf))
-        out.buf += b"/\0"
-        out.pad()
-
-    def _rel_time(self, t: int) -> int:
-        if t == 0:
-            return 0
-        return 1 if t <= self.base else t - self.base
-
-    def _children_blocks(self) -> list[Node]:
-        """Every node's children block, breadth first (leaves get an empty
-        one); returns the nodes in that order for the metadata pass."""
-        out = self.out
-        queue = [self.root]
-        qi = 0
-        while qi < len(queue):
-            node = queue[qi]
-            qi += 1
-            out.patch(self.children_field[id(node)], len(out.buf))
-            names = sorted(node.children)
-            out.u32(len(names))
-            block = _StringBlock(out)
-            for name in names:
-                child = node.children[name]
-                block.ref(name)
-                self.children_field[id(child)] = out.u32()
-                self.meta_field[id(child)] = out.u32()
-                out.u32(self._rel_time(child.last_changed))
-                queue.append(child)
-            block.end()
-        return queue
-
-    def _metadata_group(self, nodes: list[Node]) -> None:
-        """The metadata blocks of sibling `nodes`, their stringv arrays and
-        one string block shared by the group."""
-        out, key_ids = self.out, self.key_ids
-        strings = _StringBlock(out)
-        stringvs: list[tuple[int, list[bytes]]] = []
-        for node in nodes:
-            out.patch(self.meta_field[id(node)], len(out.buf))
-            out.u32(len(node.keys))
-            for key in sorted(node.keys):
-                value = node.keys[key]
-                if isinstance(value, list):
-                    out.u32(key_ids[key] | KEY_IS_LIST)
-                    stringvs.append((out.u32(0xDEADDEAD), value))
-                else:
-                    out.u32(key_ids[key])
-                    strings.ref(value)
-        for at, items in reversed(stringvs):  # metabuilder prepends to a list
-            out.patch(at, len(out.buf))
-            out.u32(len(items))
-            for item in items:
-                strings.ref(item)
-        out.pad()
-        strings.end()
