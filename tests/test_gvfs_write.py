@@ -337,6 +337,18 @@ def test_remove_of_root_keeps_its_keys_and_copy_into_own_subtree(tmp_path):
     assert meta["/"]["last_changed"] == "1970-01-01T00:03:20Z"
 
 
+def test_time_base_of_negative_times_keeps_the_span_from_zero():
+    """metabuilder's largest time starts at 0: a tree whose times are all
+    negative (journal mtimes past 2^63) spans from its smallest to 0, and
+    the base moves up to 0 - 0xFFFFFFFF when that span overflows 32 bits."""
+    root = Node(-(2**40))
+    root.children[b"a"] = Node(-(2**40) + 10)
+    assert read_header(build_tree(MetaModel(root), 1)).base == -0xFFFFFFFF
+    root = Node(-5)
+    root.children[b"a"] = Node(-3)
+    assert read_header(build_tree(MetaModel(root), 1)).base == -6
+
+
 names = st.binary(min_size=1, max_size=6).filter(lambda b: b"/" not in b and b"\0" not in b)
 texts = st.binary(max_size=8).filter(lambda b: b"\0" not in b)
 keys = st.binary(min_size=1, max_size=6).filter(lambda b: b"\0" not in b)

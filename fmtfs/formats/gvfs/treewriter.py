@@ -36,10 +36,11 @@ def build_tree(model: MetaModel, tag: int) -> bytes:
 
 def _time_base(nodes: list[Node]) -> int:
     """metabuilder's time base: the smallest non-zero time minus one, moved
-    up when the span would overflow 32 bits."""
+    up when the span to the largest time (or to 0: its maximum starts
+    there) would overflow 32 bits."""
     times = [node.last_changed for node in nodes]
     t_min = min(filter(None, times), default=0)
-    t_max = max(times, default=0)
+    t_max = max(0, *times)
     base = t_min - 1 if t_min != 0 else 0
     if t_max - base > _U32:
         base = t_max - _U32
@@ -185,7 +186,7 @@ class _TreeWriter:
             at = len(words)
             meta_blocks[i] = start + 4 * at
             put(len(keys))
-            for key in sorted(keys) if len(keys) > 1 else keys:
+            for key in sorted(keys):
                 value = keys[key]
                 at += 2  # the word of this key's value
                 if isinstance(value, list):
