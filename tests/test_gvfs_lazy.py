@@ -141,6 +141,41 @@ def test_children_block_loop_reads_as_whole():
     assert lazy_rows(bytes(data), []) == whole_model_rows(bytes(data), [])
 
 
+def test_a_block_of_names_out_of_order_reads_as_whole():
+    """A children block whose names are not all valid, sorted and distinct
+    (LazyTree._sorted says so, and lookups scan it) reads as the whole
+    model does, with journal entries looked up in it."""
+    model = MetaModel()
+    for name in (b"a", b"b", b"c", b"d"):
+        node, _, _ = model.lookup(b"/dir/" + name, True)
+        node.keys = {b"k": name}
+    good = build_tree(model, 7)
+    tree = LazyTree(good)
+    ((_, name, dirent),) = tree.children(tree.header.root, tree.root_dirent[0])
+    assert name == b"dir"
+    block = dirent[0]
+    pointers = [int.from_bytes(good[at : at + 4], "big") for at in range(block + 4, block + 4 + 64, 16)]
+    journal = []
+    for name in (b"a", b"b", b"c", b"d", b"e"):
+        encoded = encode_entry(OP_SET, 1_800_000_000, b"/dir/" + name, b"k", b"new", None)
+        journal.append(decode_entry(encoded, 0, len(encoded)))
+    variants = {
+        "swapped": [pointers[1], pointers[0], pointers[2], pointers[3]],
+        "twice": [pointers[0], pointers[0], pointers[2], pointers[3]],
+        "invalid": [len(good), pointers[1], pointers[2], pointers[3]],  # no NUL after it
+    }
+    for label, names in variants.items():
+        data = bytearray(good)
+        for i, pointer in enumerate(names):
+            data[block + 4 + 16 * i : block + 8 + 16 * i] = pointer.to_bytes(4, "big")
+        damaged = LazyTree(bytes(data))
+        n = damaged._reader.array(block, 16)
+        assert n == 4 and not damaged._sorted(block, n), label
+        assert lazy_rows(bytes(data), journal) == whole_model_rows(bytes(data), journal), label
+    assert LazyTree(good)._sorted(block, 4)
+    assert lazy_rows(good, journal) == whole_model_rows(good, journal)
+
+
 def big_tree(folder: Path, files: int) -> Path:
     """A tree of `files` files with keys in 4 folders, and a journal that
     reaches into each folder (a set, a copy, a remove)."""

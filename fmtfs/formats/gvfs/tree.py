@@ -4,6 +4,8 @@ gvfs's checks (spec §2).  fmtfs.formats.gvfs.treewriter writes them."""
 from __future__ import annotations
 
 import struct
+import sys
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -22,6 +24,18 @@ MAX_PROBLEMS = 50
 _HEADER = struct.Struct(">6sBBIIIIq")
 _DIRENT = struct.Struct(">IIII")
 _U32S = struct.Struct(">I")
+_U32_CODE = next(code for code in "IL" if array(code).itemsize == 4)
+
+
+def _words(data: bytes, pos: int, count: int) -> array:
+    """`count` big-endian u32s from `pos` (inside the data), as an array:
+    a folder's entries read at once, an int made only for a word looked
+    at (struct.unpack_from made all four of each entry's: 60 ms of a
+    0.12 s check of 200,000 names)."""
+    words = array(_U32_CODE, data[pos : pos + 4 * count])
+    if sys.byteorder == "little":
+        words.byteswap()
+    return words
 
 
 @dataclass
@@ -65,6 +79,7 @@ class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data = data
         self.size = len(data)
+        self.last_nul = data.rfind(b"\0")  # a string at pos is valid when pos <= this
         self.problems: list[tuple[int, str]] = []
 
     def problem(self, offset: int, message: str) -> None:
@@ -406,13 +421,8 @@ class LazyTree:
         """Whether a block's names are all valid, sorted and distinct (once per block)."""
         known = self._sorted_blocks.get(children_off)
         if known is None:
-            r, known, last = self._reader, True, None
-            for at in range(children_off + 4, children_off + 4 + 16 * n, 16):
-                name = r.string(_U32S.unpack_from(r.data, at)[0])
-                if name is None or (last is not None and not last < name):
-                    known = False
-                    break
-                last = name
+            r = self._reader
+            known = _names_sorted(r, _words(r.data, children_off + 4, 4 * n)[::4])
             self._sorted_blocks[children_off] = known
         return known
 
@@ -445,14 +455,14 @@ class LazyTree:
             seen[children_off] = dirent_off
             below_count[children_off] = n
             parents.append((children_off, parent))
-            flat = struct.unpack_from(f">{4 * n}I", data, children_off + 4)
+            flat = _words(data, children_off + 4, 4 * n)
             for i in range(0, 4 * n, 4):
                 below = flat[i + 1]
                 if (
                     below
                     and below + 4 <= size
                     and data[below : below + 4] != b"\0\0\0\0"
-                    and r.string(flat[i]) is not None
+                    and flat[i] <= r.last_nul
                 ):
                     stack.append((children_off + 4 + 4 * i, below, children_off))
         for block, parent in reversed(parents):  # a block's count is whole before its parent's
@@ -483,3 +493,17 @@ class LazyTree:
                 r.read_keys(dirent_off, meta_off, self.keywords, scratch)
                 scratch.clear()
         return r.problems
+
+
+def _names_sorted(r: _Reader, name_offsets: array) -> bool:
+    """Whether the names at these offsets are all valid (r.string), in
+    strictly increasing byte order."""
+    if name_offsets and max(name_offsets) > r.last_nul:
+        return False
+    data, find, last = r.data, r.data.find, None
+    for off in name_offsets:
+        name = data[off : find(b"\0", off)]
+        if last is not None and not last < name:
+            return False
+        last = name
+    return True
