@@ -170,8 +170,13 @@ class FmtfsOperations(pyfuse3.Operations):
             self._invalidate_later(changed)
 
     def _attributes(self, path: str) -> pyfuse3.EntryAttributes:
+        return self._attributes_of(path, self.inodes.inode(path), self.tree.file(path))
+
+    def _attributes_of(self, path: str, inode: int, view: ViewFile | None) -> pyfuse3.EntryAttributes:
+        """A path's attributes, its inode and view looked up (on the loop:
+        this may run in a worker thread, which then changes nothing)."""
         entry = pyfuse3.EntryAttributes()
-        entry.st_ino = self.inodes.inode(path)
+        entry.st_ino = inode
         entry.entry_timeout = ATTR_TIMEOUT
         entry.attr_timeout = ATTR_TIMEOUT
         entry.st_blksize = 128 * 1024
@@ -183,7 +188,6 @@ class FmtfsOperations(pyfuse3.Operations):
             entry.st_nlink = 2
             entry.st_atime_ns = entry.st_mtime_ns = entry.st_ctime_ns = tree.mtime_ns
             return entry
-        view = tree.file(path)
         if view is None and path not in tree.created:
             raise pyfuse3.FUSEError(errno.ENOENT)
         if isinstance(view, (BytesFile, SlicedFile)):
@@ -211,11 +215,11 @@ class FmtfsOperations(pyfuse3.Operations):
         answered in a worker thread.  A thread hop per lookup
         was most of a listing's time (`ls -l` of 1,000 kestrel views:
         3,000 lookups, one per path component)."""
-        self.inodes.inode(path)  # numbered here: Inodes is changed on the loop only
+        inode = self.inodes.inode(path)  # numbered here: Inodes is changed on the loop only
         view = self.tree.file(path)
         if view is None or view.size_known():  # a folder, a view being created, or a look-up
-            return self._attributes(path)
-        return await trio.to_thread.run_sync(self._attributes, path)
+            return self._attributes_of(path, inode, view)
+        return await trio.to_thread.run_sync(self._attributes_of, path, inode, view)
 
     @_errors_to_fuse
     async def lookup(self, parent_inode, name, ctx=None):
