@@ -97,10 +97,9 @@ class _Reader:
         return n if self.block(pos, 4 + n * element) else None
 
     def string(self, pos: int) -> bytes | None:
-        if pos > self.size:
+        if pos > self.last_nul:
             return None
-        end = self.data.find(b"\0", pos)
-        return None if end < 0 else self.data[pos:end]
+        return self.data[pos : self.data.find(b"\0", pos)]
 
     def keywords(self, header: TreeHeader) -> list[bytes]:
         """The keyword table, checked on open as gvfs does (TreeError)."""
