@@ -9,8 +9,9 @@ first mount scans on every core; the result is small and pickles cheaply,
 and the SQLite writes stay with fmtfs.index.
 
 Split scans: a stream whose format can find chunk starts cheaply
-(`Stream.cuts`: length prefixes, no decoding) is cut into byte ranges that
-are scanned at once and joined, so that one big file uses every core too.
+(`Stream.cuts`: length prefixes, or a record start found near a grid line
+at which the format's chunks also end; no decoding) is cut into byte
+ranges that are scanned at once and joined, so that one big file uses every core too.
 Each range but the last stops where the next begins; the join takes a
 range's successor only if the range produced the very chunk the cut
 announced there (same start, the cut's state within the chunk's state),

@@ -21,6 +21,8 @@ import pytest
 from fmtfs.decoders import DecodePool
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Boundary, Problem, State, Stream
+from fmtfs.formats.kestrel import streams as kestrel_streams
+from fmtfs.formats.kestrel.records import PUT_HEADER, WRITER_MAGIC
 from fmtfs.formats.proio import wire
 from fmtfs.formats.wallaby import WallabyLog, WallabyWriter
 from fmtfs.index import Index
@@ -69,6 +71,14 @@ def assert_split_is_whole(source: Path, fmt: str, options: dict | None = None) -
         assert (found.chunks, found.problems) == (whole.chunks, whole.problems), stream.name
         made += parts
     return made
+
+
+@pytest.fixture(autouse=True)
+def small_kestrel_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kestrel's cuts are found at grid lines 4 MB apart
+    (kestrel.streams.CUT_GRID): 4 KB here, so that the samples of a few MB
+    are cut, as a big file is."""
+    monkeypatch.setattr(kestrel_streams, "CUT_GRID", 4096)
 
 
 def copy_of(folder: Path, into: Path) -> Path:
@@ -384,3 +394,51 @@ def test_streams_are_cut_by_the_workers_and_here_alike(tmp_path: Path) -> None:
     assert [len(found[i]) > 1 for i in range(4)] == [True, False, True, False]
     assert cut_here and 0 not in cut_here and 1 not in cut_here  # the workers took the first two
     assert fallback == {0: [ScanRange(None, None)]}
+
+
+def _put(data: bytes, ident: int) -> bytes:
+    return b"\x86" + PUT_HEADER.pack(len(data), 0, ident, 1_700_000_000_000 + ident) + data
+
+
+def test_kestrel_cuts_are_found_near_their_grid_lines_not_walked_to(tmp_path: Path) -> None:
+    """A kestrel cut is the first PUT at or past a grid line: found by
+    looking there, so bytes before it that no walk could get through do not
+    stop it; every such PUT starts a chunk of the whole scan (the chunks end
+    at the grid lines too), so a split scan is the whole scan."""
+    queue = tmp_path / "q"
+    queue.mkdir()
+    puts = [_put(orjson.dumps({"n": i, "pad": "x" * (i % 300)}), i) for i in range(400)]
+    journal = WRITER_MAGIC + b"".join(puts)
+    (queue / "q.1000").write_bytes(journal)
+    stream = open_source(queue, "kestrel", {}).streams()[0]
+    cuts = list(stream.cuts(None, None, 1))
+    starts = {4 + sum(map(len, puts[:i])) for i in range(len(puts))}
+    lines = range(4096, len(journal), 4096)
+    assert [at for at, _ in cuts] == [min(s for s in starts if s >= line) for line in lines]
+    assert {at for at, _ in cuts} <= {c.start for c in scan_stream(stream, None, None, None).chunks}
+    assert assert_split_is_whole(queue, "kestrel") == len(cuts) + 1
+    # the first record's size made impossible: the cuts past it are found all the same
+    broken = bytearray(journal)
+    broken[5:9] = (-1).to_bytes(4, "little", signed=True)
+    (queue / "q.1000").write_bytes(bytes(broken))
+    assert list(open_source(queue, "kestrel", {}).streams()[0].cuts(None, None, 1)) == cuts
+
+
+def test_a_kestrel_cut_inside_a_puts_data_costs_time_not_correctness(tmp_path: Path) -> None:
+    """A PUT whose data holds a run of PUT headers across a grid line: the
+    cut is guessed inside it, the scan before it does not end there, and
+    the split scan is still the whole scan."""
+    queue = tmp_path / "q"
+    queue.mkdir()
+    fake = b"".join(_put(b"", 10_000 + i) for i in range(kestrel_streams.CHAIN + 4))
+    head = [_put(orjson.dumps({"n": i}), i) for i in range(100)]
+    before = 4 + sum(map(len, head))
+    pad = 4096 - before - 25 + 8  # the big PUT's data reaches the grid line 8 bytes in...
+    assert pad > 0
+    big = _put(b"y" * pad + fake + b"z" * 500, 100)  # ...where the fake headers begin
+    tail = [_put(orjson.dumps({"n": i}), i) for i in range(101, 300)]
+    (queue / "q.1000").write_bytes(WRITER_MAGIC + b"".join(head) + big + b"".join(tail))
+    stream = open_source(queue, "kestrel", {}).streams()[0]
+    first_cut = next(iter(stream.cuts(None, None, 1)))[0]
+    assert before < first_cut < before + len(big)  # guessed inside the big PUT
+    assert assert_split_is_whole(queue, "kestrel") >= 2

@@ -169,10 +169,11 @@ class Stream(ABC):
         order, about `every` native bytes apart, each the start of a chunk
         scan(start, state) yields and the state a scan from there needs
         (the chunk's own state may hold more, learnt from its records).
-        Found cheaply, from length prefixes, decoding nothing; stop at the
-        first thing that does not look right (the scan reports it).  A cut
-        that turns out wrong costs time, never correctness: the scan before
-        it then runs on to the end.  A stream with cuts takes `stop` in
+        Found cheaply, decoding nothing: from length prefixes, or (kestrel)
+        by looking near grid lines at which the format's chunks also end;
+        stop at the first thing that does not look right (the scan reports
+        it).  A cut that turns out wrong costs time, never correctness: the
+        scan before it then runs on to the end.  A stream with cuts takes `stop` in
         scan() and measured().  The default, no cuts: the stream is scanned
         by one job."""
         return iter(())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import mmap
 import os
+import re
 import struct
 from collections.abc import Callable, Iterator
 from functools import partial
@@ -40,6 +41,18 @@ from fmtfs.shape import put_data
 TIME_KEY = "add_time"
 CHUNK_RECORDS = 2000
 CHUNK_BYTES = 1 << 20
+# A chunk also ends at the first record at or past every multiple of
+# CUT_GRID in the file, wherever the scan started: so that record starts a
+# chunk of every scan that reaches it, and a split scan's cut is found by
+# looking near the grid line (_grid_cuts) instead of walking every record
+# from the file's start (100 MB: 0.22 s, a sixth of a single-thread scan).
+CUT_GRID = 4 << 20
+
+
+def chunk_limit(pos: int) -> int:
+    """The offset a chunk starting at `pos` ends at or after (its first
+    record that starts there), unless CHUNK_RECORDS end it first."""
+    return min(pos + CHUNK_BYTES, (pos // CUT_GRID + 1) * CUT_GRID)
 
 
 class ChunkFound(NamedTuple):
@@ -134,7 +147,7 @@ class _ChunkedStream(Stream):
         """The chunk starting at `pos`, with its records."""
         out: list[Record] = []
         skipped: list[Problem] = []
-        after, finished, failure = self._run(buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES, out, skipped)
+        after, finished, failure = self._run(buf, pos, end, CHUNK_RECORDS, chunk_limit(pos), out, skipped)
         chunk = None
         if after > pos:
             views, times = self._timed_views(out)
@@ -193,7 +206,7 @@ class WriterStream(_ChunkedStream):
         return self._walk(start, stop, partial(self._measured_chunk, render=render))
 
     def _measured_chunk(self, buf, pos: int, end: int, render: bool) -> ChunkFound:
-        run = self.lines.run(buf, pos, end, CHUNK_RECORDS, pos + CHUNK_BYTES)
+        run = self.lines.run(buf, pos, end, CHUNK_RECORDS, chunk_limit(pos))
         chunk = None
         if run.end > pos:
             chunk = Chunk(
@@ -231,15 +244,16 @@ class WriterStream(_ChunkedStream):
         return 4
 
     def cuts(self, start: int | None, state: State | None, every: int) -> Iterator[tuple[int, State]]:
-        """Chunk starts from the PUT headers' sizes alone (the limits of
-        _scan and of _run's inline PUT path); anything but a whole PUT ends
-        the walk, and the scan decides what it is."""
+        """The first PUT at or past grid lines about `every` bytes apart
+        (chunk_limit: each starts a chunk), each recognised by the run of
+        whole PUT headers that starts there; the scan checks it (a wrong
+        one costs time only, fmtfs.scanning)."""
         try:
             buf = map_file(self.path)
         except OSError:
             return
         try:
-            yield from _put_chunk_starts(buf, self._first(buf) if start is None else start, every)
+            yield from _grid_cuts(buf, self._first(buf) if start is None else start, every)
         except Corrupt:
             return
         finally:
@@ -328,26 +342,52 @@ _PUT_HEADS = {0x86: 1 + PUT_HEADER.size, 0x88: 1 + PUT_HEADER_X.size}
 _LONGEST_HEAD = max(_PUT_HEADS.values())
 
 
-def _put_chunk_starts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
-    """Where WriterStream's scan from `pos` starts chunks, about `every`
-    bytes apart, for as long as the file holds whole PUTs."""
+# A byte that may start a PUT, and how many whole PUT headers in a row make
+# an offset a record start: a PUT's data is free bytes, so a lone header-like
+# run inside it is possible, but a run of CHAIN that ends where the next
+# begins, and the scan's check, both have to be fooled to cost even time.
+_PUT_BYTE = re.compile(b"[\x86\x88]")
+CHAIN = 16
+
+
+def _grid_cuts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
+    """Cuts of a scan from `pos`: the first PUT at or past the grid lines
+    (CUT_GRID) at least `every` bytes apart, while one is found."""
     end, last = len(buf), pos
+    while True:
+        line = -(-(last + every) // CUT_GRID) * CUT_GRID
+        at = _put_at_or_after(buf, line, end)
+        if at is None:
+            return
+        yield at, {}
+        last = at
+
+
+def _put_at_or_after(buf, line: int, end: int) -> int | None:
+    """The first offset from `line` on (within the longest PUT) where CHAIN
+    whole PUT headers follow one another (fewer if the file ends first);
+    None if there is none."""
+    for found in _PUT_BYTE.finditer(buf, line, min(end, line + _LONGEST_HEAD + LARGEST_DATA)):
+        at = found.start()
+        if _puts_follow(buf, at, end):
+            return at
+    return None
+
+
+def _puts_follow(buf, pos: int, end: int) -> bool:
+    """Whether CHAIN whole PUTs start at `pos` one after the other, or as
+    many as there are before the file's end (at least one)."""
     unpack = _COMMAND_SIZE.unpack_from
     heads = _PUT_HEADS
-    while True:
-        limit, n = pos + CHUNK_BYTES, 0
-        while n < CHUNK_RECORDS and pos < limit:
-            if end - pos < _LONGEST_HEAD:  # the scan sees the file's last records itself
-                return
-            command, size = unpack(buf, pos)
-            head = heads.get(command)
-            if head is None or not 0 <= size <= LARGEST_DATA:
-                return
-            pos += head + size
-            n += 1
-        if pos - last >= every and pos < end:
-            yield pos, {}
-            last = pos
+    for n in range(CHAIN):
+        if end - pos < _LONGEST_HEAD:
+            return n > 0 and pos <= end
+        command, size = unpack(buf, pos)
+        head = heads.get(command)
+        if head is None or not 0 <= size <= LARGEST_DATA or pos + head + size > end:
+            return False
+        pos += head + size
+    return True
 
 
 class LegacyStream(_ChunkedStream):
