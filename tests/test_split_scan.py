@@ -21,6 +21,8 @@ import pytest
 from fmtfs.decoders import DecodePool
 from fmtfs.formats import open_source
 from fmtfs.formats.base import Boundary, Problem, State, Stream
+from fmtfs.formats.beats import frames as beats_frames
+from fmtfs.formats.beats import segment as beats_segment
 from fmtfs.formats.kestrel import streams as kestrel_streams
 from fmtfs.formats.kestrel.records import PUT_HEADER, WRITER_MAGIC
 from fmtfs.formats.proio import wire
@@ -30,7 +32,7 @@ from fmtfs.render import rendered_lengths
 from fmtfs.samples import beats, gvfs, kestrel, proio, wallaby
 from fmtfs.scanning import Scanned, ScannedChunk, ScanRange, joined, scan_range, scan_ranges, scan_stream
 from tests.conftest import FIXTURES
-from tests.test_beats_build import KEY, TS, event, frame, segment
+from tests.test_beats_build import KEY, TS, event, frame, payload_for, segment
 from tests.test_index_parallel import table
 
 SAMPLES = {"beats": beats, "wallaby": wallaby, "kestrel": kestrel, "proio": proio, "gvfs": gvfs}
@@ -73,12 +75,16 @@ def assert_split_is_whole(source: Path, fmt: str, options: dict | None = None) -
     return made
 
 
+# Beats' and kestrel's cuts are found near grid lines 1 MiB apart
+# (base.CUT_GRID), at which their chunks also end: 16 KiB here, so that the
+# samples of a few MB are cut as finely as a big file is.
+GRID = 16 << 10
+
+
 @pytest.fixture(autouse=True)
-def small_kestrel_grid(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Kestrel's cuts are found at grid lines 4 MB apart
-    (kestrel.streams.CUT_GRID): 4 KB here, so that the samples of a few MB
-    are cut, as a big file is."""
-    monkeypatch.setattr(kestrel_streams, "CUT_GRID", 4096)
+def small_grid(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kestrel_streams, "CUT_GRID", GRID)
+    monkeypatch.setattr(beats_segment, "CUT_GRID", GRID)
 
 
 def copy_of(folder: Path, into: Path) -> Path:
@@ -407,13 +413,13 @@ def test_kestrel_cuts_are_found_near_their_grid_lines_not_walked_to(tmp_path: Pa
     at the grid lines too), so a split scan is the whole scan."""
     queue = tmp_path / "q"
     queue.mkdir()
-    puts = [_put(orjson.dumps({"n": i, "pad": "x" * (i % 300)}), i) for i in range(400)]
+    puts = [_put(orjson.dumps({"n": i, "pad": "x" * (i % 300)}), i) for i in range(1600)]
     journal = WRITER_MAGIC + b"".join(puts)
     (queue / "q.1000").write_bytes(journal)
     stream = open_source(queue, "kestrel", {}).streams()[0]
     cuts = list(stream.cuts(None, None, 1))
     starts = {4 + sum(map(len, puts[:i])) for i in range(len(puts))}
-    lines = range(4096, len(journal), 4096)
+    lines = range(GRID, len(journal), GRID)
     assert [at for at, _ in cuts] == [min(s for s in starts if s >= line) for line in lines]
     assert {at for at, _ in cuts} <= {c.start for c in scan_stream(stream, None, None, None).chunks}
     assert assert_split_is_whole(queue, "kestrel") == len(cuts) + 1
@@ -433,7 +439,7 @@ def test_a_kestrel_cut_inside_a_puts_data_costs_time_not_correctness(tmp_path: P
     fake = b"".join(_put(b"", 10_000 + i) for i in range(kestrel_streams.CHAIN + 4))
     head = [_put(orjson.dumps({"n": i}), i) for i in range(100)]
     before = 4 + sum(map(len, head))
-    pad = 4096 - before - 25 + 8  # the big PUT's data reaches the grid line 8 bytes in...
+    pad = GRID - before - 25 + 8  # the big PUT's data reaches the grid line 8 bytes in...
     assert pad > 0
     big = _put(b"y" * pad + fake + b"z" * 500, 100)  # ...where the fake headers begin
     tail = [_put(orjson.dumps({"n": i}), i) for i in range(101, 300)]
@@ -442,3 +448,35 @@ def test_a_kestrel_cut_inside_a_puts_data_costs_time_not_correctness(tmp_path: P
     first_cut = next(iter(stream.cuts(None, None, 1)))[0]
     assert before < first_cut < before + len(big)  # guessed inside the big PUT
     assert assert_split_is_whole(queue, "kestrel") >= 2
+
+
+def test_beats_cuts_are_found_near_their_grid_lines_big_frames_walked_to(tmp_path: Path) -> None:
+    """A Beats cut is the first frame at or past a grid line, found near it
+    (checksum and repeated sizes), or walked to when a frame longer than
+    the search spans the line; each starts a chunk of the whole scan, and
+    a damaged frame before a line does not stop the cuts past it."""
+    queue = tmp_path / "q"
+    queue.mkdir()
+    events = [event(i, size=i % 400) for i in range(600)]
+    events[300] = event(300, size=beats_frames.SEARCH + 2 * GRID)  # longer than the search: walked over
+    body = [frame(payload_for(e, "cbor")) for e in events]
+    data = segment("v2", events)
+    d = len(data) - sum(map(len, body))
+    (queue / "0.seg").write_bytes(data)
+    stream = open_source(queue, "beats", {}).streams()[0]
+    cuts = [at for at, _ in stream.cuts(None, None, 1)]
+    starts = [sum(map(len, body[:i])) for i in range(len(body))]
+    lines = [line for line in range(GRID, starts[-1] + 1, GRID) if line <= starts[-1]]
+    expected = sorted({d + min(s for s in starts if s >= line) for line in lines})
+    assert cuts == expected and len(cuts) > 10
+    big = d + starts[301]  # the frame after the long one, walked to from the cut before it
+    assert big in cuts and big - d - starts[300] > beats_frames.SEARCH
+    assert set(cuts) <= {c.start for c in scan_stream(stream, None, None, None).chunks}
+    assert assert_split_is_whole(queue, "beats") == len(cuts) + 1
+    # a frame's size made implausible early on: the cuts past it are found all the same
+    broken = bytearray(data)
+    broken[d + starts[5] : d + starts[5] + 4] = (7).to_bytes(4, "little")
+    (queue / "0.seg").write_bytes(bytes(broken))
+    damaged = open_source(queue, "beats", {}).streams()[0]
+    assert [at for at, _ in damaged.cuts(None, None, 1)] == cuts
+    assert assert_split_is_whole(queue, "beats") == len(cuts) + 1

@@ -108,6 +108,26 @@ def boundary(at: int, state: State) -> Boundary:
     return Boundary(at, at, state)
 
 
+# Grid-cut formats (Beats plaintext segments, kestrel writer files) end a
+# chunk at the first record at or past every multiple of CUT_GRID in the
+# file too, wherever a scan started: that record then starts a chunk of
+# every scan that reaches it, so a scan can be cut there (Stream.cuts) by
+# finding the record near the line instead of walking every record before
+# it.  One extra, shorter chunk per MiB at most.
+CUT_GRID = 1 << 20
+
+
+def grid_end(pos: int, most: int, grid: int) -> int:
+    """Where a chunk starting at `pos` ends, at its first record at or past
+    it: `most` bytes on, or the next grid line if that comes first."""
+    return min(pos + most, (pos // grid + 1) * grid)
+
+
+def grid_line(last: int, every: int, grid: int) -> int:
+    """The grid line nearest `every` bytes past the cut at `last`, past it."""
+    return max(last // grid + 1, (last + every + grid // 2) // grid) * grid
+
+
 @dataclass(frozen=True)
 class FileIdentity:
     """What tells an unchanged native file from a changed one."""

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from fmtfs.formats.base import grid_line
 from fmtfs.formats.beats.payload import PayloadError, opaque
 from fmtfs.gcpause import paused
 
@@ -127,22 +128,74 @@ def frames(
     out.status = status
 
 
-def chunk_starts(buf: memoryview, i: int, stop: int, max_records: int, max_bytes: int) -> Iterator[int]:
-    """Where the walks of frames() from `i` (with these limits) begin after
-    the first, from the frame sizes alone (no checksum, no decoding, so a
-    damaged frame's scan may stop earlier); ends at the first size that is
-    not a plausible whole frame."""
+# A frame start found near a grid line is confirmed by its checksum and by
+# the frames that follow it (each ending with its size repeated); searched
+# for within SEARCH bytes of the line, else walked to from the last start.
+CHAIN = 4
+SEARCH = 64 << 10
+
+
+def grid_frame_starts(buf: memoryview, i: int, stop: int, every: int, grid: int) -> Iterator[int]:
+    """The first frame at or past grid lines (multiples of `grid`) about
+    `every` bytes apart (base.grid_line), from the frame at `i` on, found without
+    walking every frame: segment.chunk_bytes ends chunks at those frames,
+    so each is a chunk start of every scan that reaches it.  Ends where
+    neither the search nor a walk from the last start finds one."""
+    last = i
+    while True:
+        line = grid_line(last, every, grid)
+        if line >= stop:
+            return
+        at = _frame_near(buf, line, stop)
+        if at is None:
+            at = _walked_to(buf, last, line, stop)
+        if at is None:
+            return
+        yield at
+        last = at
+
+
+def _frame_near(buf: memoryview, line: int, stop: int) -> int | None:
     unpack_u32 = _u32.unpack_from
-    chunk, n = i, 0
-    while stop - i >= 4:
+    for q in range(line, min(line + SEARCH, stop - FRAME_OVERHEAD)):
+        (size,) = unpack_u32(buf, q)
+        if FRAME_OVERHEAD < size and q + size <= stop and unpack_u32(buf, q + size - 4)[0] == size:
+            if _frames_follow(buf, q, stop):
+                return q
+    return None
+
+
+def _frames_follow(buf: memoryview, i: int, stop: int) -> bool:
+    """Whether a whole frame with the right checksum starts at `i`, and
+    CHAIN - 1 more (or as many as `stop` leaves room for) after it."""
+    (size,) = _u32.unpack_from(buf, i)
+    crc, _ = _footer.unpack_from(buf, i + size - 8)
+    if zlib.crc32(buf[i : i + size - 8]) != crc:
+        return False
+    for _ in range(CHAIN):
+        if stop - i < FRAME_OVERHEAD:
+            return True
+        (size,) = _u32.unpack_from(buf, i)
+        if size == 0:  # the written frames end here
+            return True
+        if size <= FRAME_OVERHEAD or i + size > stop or _u32.unpack_from(buf, i + size - 4)[0] != size:
+            return False
+        i += size
+    return True
+
+
+def _walked_to(buf: memoryview, i: int, line: int, stop: int) -> int | None:
+    """The first frame at or past `line`, walked to by the sizes from the
+    frame at `i` (frames longer than SEARCH: few to walk)."""
+    unpack_u32 = _u32.unpack_from
+    while i < line:
+        if stop - i < 4:
+            return None
         (size,) = unpack_u32(buf, i)
         if size <= FRAME_OVERHEAD or i + size > stop:
-            return
-        if n >= max_records or i >= chunk + max_bytes:
-            yield i
-            chunk, n = i, 0
+            return None
         i += size
-        n += 1
+    return i if i < stop else None
 
 
 def first_frame_ok(buf: bytes, complete: bool) -> bool | None:

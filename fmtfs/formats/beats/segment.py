@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from fmtfs.formats.base import Boundary, Problem, boundary
+from fmtfs.formats.base import CUT_GRID, Boundary, Problem, boundary, grid_end
 from fmtfs.formats.beats import frames as fr
 from fmtfs.formats.beats import lz4stream
 from fmtfs.formats.beats.keys import ctr_xor
@@ -33,6 +33,15 @@ from fmtfs.gcpause import paused
 
 CHUNK_RECORDS = 2000
 CHUNK_BYTES = 1 << 20
+
+
+def chunk_bytes(p: int) -> int:
+    """The plaintext bytes after which a chunk starting at `p` ends (at its
+    next frame), unless CHUNK_RECORDS end it first; at the grid lines too,
+    where cuts are found (base.CUT_GRID)."""
+    return grid_end(p, CHUNK_BYTES, CUT_GRID) - p
+
+
 WINDOW = CHUNK_BYTES + (256 << 10)  # decrypted per step; a little over a chunk
 HEAD_BYTES = 12 + 16
 PLAUSIBLE_FRAME = 100 << 20
@@ -219,7 +228,8 @@ class Segment:
 
     def cuts(self, start: int | None, state: dict[str, Any] | None, every: int) -> Iterator[tuple[int, dict]]:
         """Stream.cuts of runs_from(start, state): chunk starts about `every`
-        bytes apart, from the frame sizes.  A plaintext segment only: an
+        bytes apart, the first frames past grid lines (chunk_bytes), found
+        near them.  A plaintext segment only: an
         encrypted one is decrypted in windows that bound its chunks too, and
         an LZ4 stream cannot be entered midway."""
         h = self.header
@@ -227,11 +237,8 @@ class Segment:
             return
         d = h.data_offset
         p = (state or {}).get("pos", max(0, start - d)) if start is not None else 0
-        last = p
-        for q in fr.chunk_starts(self.data[d:], p, self.avail, CHUNK_RECORDS, CHUNK_BYTES):
-            if q - last >= every:
-                yield d + q, {"pos": q}
-                last = q
+        for q in fr.grid_frame_starts(self.data[d:], p, self.avail, every, CUT_GRID):
+            yield d + q, {"pos": q}
 
     def _emit(self, walk: fr.Walk, base: int, start: int) -> Iterator[Problem]:
         for offset, message in walk.payload_errors:
@@ -266,11 +273,11 @@ class Segment:
                 w = fr.Walk()
                 with paused():
                     measured = measure(
-                        fr.frames(buf, p, len(buf), self.decode_payload, w, CHUNK_RECORDS, CHUNK_BYTES)
+                        fr.frames(buf, p, len(buf), self.decode_payload, w, CHUNK_RECORDS, chunk_bytes(p))
                     )
             if measured is None:  # kept records (or a record measure() could not render)
                 w = fr.walk(
-                    buf, p - base, len(buf), self.decode_payload, CHUNK_RECORDS, CHUNK_BYTES, positions
+                    buf, p - base, len(buf), self.decode_payload, CHUNK_RECORDS, chunk_bytes(p), positions
                 )
             new_p = base + w.end
             yield from self._emit(w, base, d)

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
-from fmtfs.formats.base import Chunk, Problem, Record, State, Stream, boundary
+from fmtfs.formats.base import CUT_GRID, Chunk, Problem, Record, State, Stream, boundary, grid_end, grid_line
 from fmtfs.formats.kestrel import legacy
 from fmtfs.formats.kestrel.files import LegacyFile, WriterFile, map_file
 from fmtfs.formats.kestrel.lines import PutLines
@@ -41,18 +41,13 @@ from fmtfs.shape import put_data
 TIME_KEY = "add_time"
 CHUNK_RECORDS = 2000
 CHUNK_BYTES = 1 << 20
-# A chunk also ends at the first record at or past every multiple of
-# CUT_GRID in the file, wherever the scan started: so that record starts a
-# chunk of every scan that reaches it, and a split scan's cut is found by
-# looking near the grid line (_grid_cuts) instead of walking every record
-# from the file's start (100 MB: 0.22 s, a sixth of a single-thread scan).
-CUT_GRID = 4 << 20
 
 
 def chunk_limit(pos: int) -> int:
     """The offset a chunk starting at `pos` ends at or after (its first
-    record that starts there), unless CHUNK_RECORDS end it first."""
-    return min(pos + CHUNK_BYTES, (pos // CUT_GRID + 1) * CUT_GRID)
+    record that starts there), unless CHUNK_RECORDS end it first; at the
+    grid lines too, where cuts are found (base.CUT_GRID)."""
+    return grid_end(pos, CHUNK_BYTES, CUT_GRID)
 
 
 class ChunkFound(NamedTuple):
@@ -351,11 +346,12 @@ CHAIN = 16
 
 
 def _grid_cuts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
-    """Cuts of a scan from `pos`: the first PUT at or past the grid lines
-    (CUT_GRID) at least `every` bytes apart, while one is found."""
+    """Cuts of a scan from `pos`: the first PUT at or past grid lines
+    (CUT_GRID) about `every` bytes apart (base.grid_line), while one is
+    found."""
     end, last = len(buf), pos
     while True:
-        line = -(-(last + every) // CUT_GRID) * CUT_GRID
+        line = grid_line(last, every, CUT_GRID)
         at = _put_at_or_after(buf, line, end)
         if at is None:
             return
