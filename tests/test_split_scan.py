@@ -20,7 +20,7 @@ import pytest
 
 from fmtfs.decoders import DecodePool
 from fmtfs.formats import open_source
-from fmtfs.formats.base import Boundary, Problem, State, Stream
+from fmtfs.formats.base import CUT_GRID, Boundary, Problem, State, Stream
 from fmtfs.formats.beats import frames as beats_frames
 from fmtfs.formats.beats import segment as beats_segment
 from fmtfs.formats.kestrel import streams as kestrel_streams
@@ -373,10 +373,14 @@ def test_a_beats_segment_measured_record_by_record_is_scanned_alike(tmp_path: Pa
     assert whole.problems and whole.problems[-1].offset > whole.problems[0].offset
 
 
-def test_streams_are_cut_by_the_workers_and_here_alike(tmp_path: Path) -> None:
+def test_streams_are_cut_by_the_workers_and_here_alike(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """DecodePool.cut_all: the workers cut streams from the front while this
     process cuts from the back, into the very ranges scan_ranges makes;
     a stream a worker cannot cut is cut here."""
+    # the workers may be spawned (a thread ran here before): they cut at the real grid
+    monkeypatch.setattr(beats_segment, "CUT_GRID", CUT_GRID)
     fmt = open_source(beats.generate(tmp_path, 20_000, segments=4), "beats", {})
     streams = fmt.streams()
     assert len(streams) == 4
