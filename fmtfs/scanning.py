@@ -11,7 +11,8 @@ and the SQLite writes stay with fmtfs.index.
 Split scans: a stream whose format can find chunk starts cheaply
 (`Stream.cuts`: length prefixes, or a record start found near a grid line
 at which the format's chunks also end; no decoding) is cut into byte
-ranges that are scanned at once and joined, so that one big file uses every core too.
+ranges that are scanned at once and joined, so that one big file uses
+every core too.
 Each range but the last stops where the next begins; the join takes a
 range's successor only if the range produced the very chunk the cut
 announced there (same start, the cut's state within the chunk's state),

@@ -128,6 +128,21 @@ def grid_line(last: int, every: int, grid: int) -> int:
     return max(last // grid + 1, (last + every + grid // 2) // grid) * grid
 
 
+def grid_cuts(
+    pos: int, end: int, every: int, grid: int, record_at: Callable[[int, int], int | None]
+) -> Iterator[int]:
+    """The cuts of a scan from the record at `pos`: the first record past
+    grid lines about `every` bytes apart, before `end`, each found by
+    `record_at(last cut, line)`; they end where it finds none."""
+    last = pos
+    while (line := grid_line(last, every, grid)) < end:
+        at = record_at(last, line)
+        if at is None:
+            return
+        yield at
+        last = at
+
+
 @dataclass(frozen=True)
 class FileIdentity:
     """What tells an unchanged native file from a changed one."""
@@ -189,13 +204,13 @@ class Stream(ABC):
         order, about `every` native bytes apart, each the start of a chunk
         scan(start, state) yields and the state a scan from there needs
         (the chunk's own state may hold more, learnt from its records).
-        Found cheaply, decoding nothing: from length prefixes, or (kestrel)
-        by looking near grid lines at which the format's chunks also end;
-        stop at the first thing that does not look right (the scan reports
-        it).  A cut that turns out wrong costs time, never correctness: the
-        scan before it then runs on to the end.  A stream with cuts takes `stop` in
-        scan() and measured().  The default, no cuts: the stream is scanned
-        by one job."""
+        Found cheaply, decoding nothing: from length prefixes, or (Beats,
+        kestrel) by looking near grid lines at which the format's chunks
+        also end (grid_cuts); stop at the first thing that does not look
+        right (the scan reports it).  A cut that turns out wrong costs time,
+        never correctness: the scan before it then runs on to the end.  A
+        stream with cuts takes `stop` in scan() and measured().  The
+        default, no cuts: the stream is scanned by one job."""
         return iter(())
 
     @abstractmethod

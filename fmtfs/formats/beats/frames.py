@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from fmtfs.formats.base import grid_line
+from fmtfs.formats.base import grid_cuts
 from fmtfs.formats.beats.payload import PayloadError, opaque
 from fmtfs.gcpause import paused
 
@@ -137,22 +137,16 @@ SEARCH = 64 << 10
 
 def grid_frame_starts(buf: memoryview, i: int, stop: int, every: int, grid: int) -> Iterator[int]:
     """The first frame at or past grid lines (multiples of `grid`) about
-    `every` bytes apart (base.grid_line), from the frame at `i` on, found without
-    walking every frame: segment.chunk_bytes ends chunks at those frames,
-    so each is a chunk start of every scan that reaches it.  Ends where
-    neither the search nor a walk from the last start finds one."""
-    last = i
-    while True:
-        line = grid_line(last, every, grid)
-        if line >= stop:
-            return
+    `every` bytes apart (base.grid_cuts), from the frame at `i` on, found
+    without walking every frame: segment.chunk_bytes ends chunks at those
+    frames, so each is a chunk start of every scan that reaches it.  Ends
+    where neither the search nor a walk from the last start finds one."""
+
+    def frame_at(last: int, line: int) -> int | None:
         at = _frame_near(buf, line, stop)
-        if at is None:
-            at = _walked_to(buf, last, line, stop)
-        if at is None:
-            return
-        yield at
-        last = at
+        return _walked_to(buf, last, line, stop) if at is None else at
+
+    return grid_cuts(i, stop, every, grid, frame_at)
 
 
 def _frame_near(buf: memoryview, line: int, stop: int) -> int | None:

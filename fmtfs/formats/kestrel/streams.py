@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any, NamedTuple
 
-from fmtfs.formats.base import CUT_GRID, Chunk, Problem, Record, State, Stream, boundary, grid_end, grid_line
+from fmtfs.formats.base import CUT_GRID, Chunk, Problem, Record, State, Stream, boundary, grid_cuts, grid_end
 from fmtfs.formats.kestrel import legacy
 from fmtfs.formats.kestrel.files import LegacyFile, WriterFile, map_file
 from fmtfs.formats.kestrel.lines import PutLines
@@ -347,16 +347,11 @@ CHAIN = 16
 
 def _grid_cuts(buf, pos: int, every: int) -> Iterator[tuple[int, State]]:
     """Cuts of a scan from `pos`: the first PUT at or past grid lines
-    (CUT_GRID) about `every` bytes apart (base.grid_line), while one is
+    (CUT_GRID) about `every` bytes apart (base.grid_cuts), while one is
     found."""
-    end, last = len(buf), pos
-    while True:
-        line = grid_line(last, every, CUT_GRID)
-        at = _put_at_or_after(buf, line, end)
-        if at is None:
-            return
+    end = len(buf)
+    for at in grid_cuts(pos, end, every, CUT_GRID, lambda _, line: _put_at_or_after(buf, line, end)):
         yield at, {}
-        last = at
 
 
 def _put_at_or_after(buf, line: int, end: int) -> int | None:
