@@ -13,10 +13,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from fmtfs.formats.base import BadRecord, ReadOnlyView
-from fmtfs.formats.beats import BeatsFormat
+from fmtfs.formats.beats import BeatsFormat, frames
 from fmtfs.formats.beats import cbor as beats_cbor
 from fmtfs.formats.beats.layout import QueueState, encode_state, parse_state
-from tests.test_beats_build import EXAMPLE_EVENT, EXAMPLE_HEX, IV, KEY, event, reference_read, segment
+from tests.test_beats_build import (
+    EXAMPLE_EVENT,
+    EXAMPLE_HEX,
+    IV,
+    KEY,
+    event,
+    frame,
+    payload_for,
+    reference_read,
+    segment,
+)
 from tests.test_beats_read import expected, read
 
 # spec §4.2, verbatim
@@ -196,6 +206,26 @@ def test_refuses_to_append_before_counted_damage(tmp_path: Path) -> None:
     with pytest.raises(BadRecord, match="refusing"):
         BeatsFormat(tmp_path, {}).writer("segments/0.jsonl", False).write([event(3)])
     assert (tmp_path / "0.seg").read_bytes() == bytes(data)
+
+
+def test_the_next_writer_skips_the_walk_until_the_segment_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # each `echo line >> view` opens a new writer: only the first walks the segment
+    (tmp_path / "0.seg").write_bytes(segment("v2", [event(1)], 0))
+    walks = []
+    real_walk = frames.walk
+    monkeypatch.setattr(frames, "walk", lambda *args, **kw: walks.append(1) or real_walk(*args, **kw))
+    fmt = BeatsFormat(tmp_path, {})
+    fmt.writer("segments/0.jsonl", False).write([event(2)])
+    fmt.writer("segments/0.jsonl", False).write([event(3)])
+    assert len(walks) == 1
+    # another producer appends a frame: the next writer walks again and counts it
+    with open(tmp_path / "0.seg", "ab") as f:
+        f.write(frame(payload_for(event(4), "cbor")))
+    fmt.writer("segments/0.jsonl", False).write([event(5)])
+    assert len(walks) == 2
+    assert reference_read((tmp_path / "0.seg").read_bytes()) == (5, [event(i) for i in range(1, 6)])
 
 
 # -- the CBOR encoder ------------------------------------------------------------------

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from fmtfs.formats.base import BadRecord, Chunk, ReadOnlyView
-from fmtfs.formats.kestrel import KestrelFormat
+from fmtfs.formats.kestrel import KestrelFormat, writers
 from fmtfs.formats.kestrel.records import READER_MAGIC, WRITER_MAGIC, encode_put, encode_reader_file, put_size
 from fmtfs.formats.kestrel.writers import PutWriter
 from tests.conftest import FIXTURES as FIXTURES_ROOT
@@ -148,6 +148,23 @@ def test_zero_tail_or_damage_starts_a_new_file(tmp_path, tail):
     w.write([{"data": "next"}])
     assert (tmp_path / "q.1").read_bytes() == good + tail  # never touched
     assert (tmp_path / "q.50").read_bytes() == WRITER_MAGIC + encode_put(8, 50, b"next")
+
+
+def test_the_next_writer_skips_the_walk_until_the_file_changes(tmp_path, monkeypatch):
+    # each `echo line >> view` opens a new writer: only the first walks the file
+    (tmp_path / "q.1").write_bytes(WRITER_MAGIC + encode_put(7, 0, b"kept"))
+    walks = []
+    real_walk = writers._walk
+    monkeypatch.setattr(writers, "_walk", lambda path: walks.append(path) or real_walk(path))
+    PutWriter(tmp_path, "q", clock=Clock(50)).write([{"data": "a"}])
+    PutWriter(tmp_path, "q", clock=Clock(50)).write([{"data": "b"}])
+    assert len(walks) == 1
+    # kestrel itself appends a PUT: the next writer walks again and follows its id
+    with open(tmp_path / "q.1", "ab") as f:
+        f.write(encode_put(20, 0, b"by kestrel"))
+    PutWriter(tmp_path, "q", clock=Clock(50)).write([{"data": "c"}])
+    assert len(walks) == 2
+    assert [r["id"] for r in lines(KestrelFormat(tmp_path, {}))["q/journal/1.jsonl"]] == [7, 8, 9, 20, 21]
 
 
 def test_writer_follows_a_producer_rotation(tmp_path):

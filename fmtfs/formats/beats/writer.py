@@ -11,7 +11,11 @@ where the new bytes start.  Compressed segments get new independent LZ4
 blocks in place of the old end mark, then a new end mark and an xxh32 over
 the whole content, in one write; a crash inside it leaves what Beats itself
 leaves after a crash (an LZ4 frame without end mark), whose old frames are
-intact and counted."""
+intact and counted.
+
+Where a segment's frames end, and that none before is damaged, a walk of
+every frame finds: once per segment in a process, while the segment stays
+as this process's last write left it (TAILS, fmtfs.formats.writtenends)."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from typing import Any
 
 import xxhash
 
-from fmtfs.formats.base import BadRecord, Writer
+from fmtfs.formats.base import BadRecord, FileIdentity, Writer
 from fmtfs.formats.beats import frames as fr
 from fmtfs.formats.beats import lz4stream
 from fmtfs.formats.beats.keys import ctr_xor
@@ -31,6 +35,7 @@ from fmtfs.formats.beats.layout import OPT_ENCRYPTED, OPT_LZ4, new_header
 from fmtfs.formats.beats.payload import encode_line
 from fmtfs.formats.beats.segment import Segment
 from fmtfs.formats.files import fsync_path
+from fmtfs.formats.writtenends import WrittenEnds
 from fmtfs.permissions import inherit
 
 # Beats' default MaxSegmentSize; a frame above it minus the header is rejected.
@@ -55,17 +60,22 @@ class RefusedAppend(BadRecord):
     """The segment's current bytes do not allow a safe append."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tail:
-    """Where the next frame goes, as of a known file identity."""
+    """Where the next frame goes (kept in TAILS with the file's identity)."""
 
-    ident: tuple[int, int, int]
     frames: int  # whole frames in the segment
     p: int  # plaintext offset after the last frame (linear segments)
     c: int = 0  # container offset of the LZ4 end mark / first free byte
     # LZ4 segments: xxh32 state over the whole plaintext frame stream, so an
-    # append hashes only its own bytes (the frame's content checksum)
+    # append hashes only its own bytes (the frame's content checksum); never
+    # updated in place: writers copy it
     checksum: Any = None
+
+
+# Each segment's tail as this process's last writer walked or left it: a new
+# writer per `echo line >> view` need not walk the whole segment again.
+TAILS: WrittenEnds[_Tail] = WrittenEnds()
 
 
 def create_segment(path: Path, options: int, key: bytes | None) -> None:
@@ -101,7 +111,6 @@ class SegmentWriter(Writer):
                 f"{path.name}: version {seg.header.version} ({seg.header.layout}) segments are read-only"
             )
         self.header = seg.header
-        self._tail: _Tail | None = None
         self._lz = self._lz4_header(seg) if seg.header.lz4_stream else None
 
     def _lz4_header(self, seg: Segment) -> lz4stream.Lz4Header:
@@ -117,15 +126,15 @@ class SegmentWriter(Writer):
     # -- where to append -------------------------------------------------------
 
     def _find_tail(self) -> _Tail:
-        st = os.stat(self.path)
-        ident = (st.st_size, st.st_mtime_ns, st.st_ino)
-        if self._tail is not None and self._tail.ident == ident:
-            return self._tail
+        identity = FileIdentity.of(self.path)
+        known = TAILS.get(identity)
+        if known is not None:
+            return known
         seg = Segment.open(self.path, self.key)
         name = self.path.name
         counted = seg.header.frame_count or 0
         if self._lz is not None and seg.avail == 0:
-            tail = _Tail(ident, 0, 0, 0, xxhash.xxh32())  # c == 0: no LZ4 frame header yet
+            tail = _Tail(0, 0, 0, xxhash.xxh32())  # c == 0: no LZ4 frame header yet
         elif self._lz is not None:
             lz = self._lz
             stop: list[lz4stream.Tail] = []
@@ -139,7 +148,7 @@ class SegmentWriter(Writer):
                 )
             if len(w.records) < counted:
                 raise RefusedAppend(f"{name}: fewer whole frames than the header counts; refusing to append")
-            tail = _Tail(ident, len(w.records), len(content), stop[0].c, xxhash.xxh32(content))
+            tail = _Tail(len(w.records), len(content), stop[0].c, xxhash.xxh32(content))
         else:
             buf = seg.data[seg.header.data_offset :] if seg.header.iv is None else seg.read(0, seg.avail)
             w = fr.walk(buf, 0, len(buf), _skip)
@@ -151,8 +160,8 @@ class SegmentWriter(Writer):
                 raise RefusedAppend(f"{name}: fewer whole frames than the header counts; refusing to append")
             # A torn tail (the last frame, cut or garbled by a crash) after the
             # counted frames is replaced below; damage with data after it is not.
-            tail = _Tail(ident, len(w.records), w.end)
-        self._tail = tail
+            tail = _Tail(len(w.records), w.end)
+        TAILS.put(identity, tail)
         return tail
 
     # -- writing ---------------------------------------------------------------
@@ -194,13 +203,12 @@ class SegmentWriter(Writer):
             os.pwrite(fd, _u32.pack(count), 4)
         finally:
             os.close(fd)
-        st = os.stat(self.path)
-        ident = (st.st_size, st.st_mtime_ns, st.st_ino)
         if lz is not None:
             end_mark = at + len(body) - 4 - (4 if lz.content_checksum else 0)
-            self._tail = _Tail(ident, count, tail.p + len(new), end_mark, checksum)
+            left = _Tail(count, tail.p + len(new), end_mark, checksum)
         else:
-            self._tail = _Tail(ident, count, at + len(new))
+            left = _Tail(count, at + len(new))
+        TAILS.put(FileIdentity.of(self.path), left)
 
     def sync(self) -> None:
         fsync_path(self.path)

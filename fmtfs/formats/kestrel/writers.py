@@ -1,5 +1,9 @@
 """Writing through the mount: PUTs appended to a queue's newest writer file
-(with kestrel's rotation) and whole reader files rewritten atomically."""
+(with kestrel's rotation) and whole reader files rewritten atomically.
+
+Where the newest file's records end, and the queue's last id, a walk of
+its records finds: once per file in a process, while the file stays as
+this process's last write left it (TIPS, fmtfs.formats.writtenends)."""
 
 from __future__ import annotations
 
@@ -10,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fmtfs.formats.base import BadRecord, Record, Writer
+from fmtfs.formats.base import BadRecord, FileIdentity, Record, Writer
 from fmtfs.formats.files import fsync_dir
 from fmtfs.formats.kestrel.card import DEFAULT_JOURNAL_SIZE
 from fmtfs.formats.kestrel.files import WriterFile, map_file, scan_folder
@@ -28,6 +32,7 @@ from fmtfs.formats.kestrel.records import (
     put_size,
     read_record,
 )
+from fmtfs.formats.writtenends import WrittenEnds
 from fmtfs.permissions import inherit
 from fmtfs.shape import parse_time, take_data
 
@@ -38,16 +43,20 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Tip:
     """Where the next PUT goes: the newest writer file and the id tail."""
 
     path: Path
     number: int
     size: int
-    mtime_ns: int
     tail: int  # the last PUT id of the queue (0 when it has none)
     clean: bool  # the valid records end exactly at the file's end
+
+
+# Each newest writer file's tip as this process's last writer walked or left
+# it: a new writer per `echo line >> view` need not walk the file again.
+TIPS: WrittenEnds[_Tip] = WrittenEnds()
 
 
 def _walk(path: Path) -> tuple[int | None, int]:
@@ -129,7 +138,6 @@ class PutWriter(Writer):
         self.queue = queue
         self.journal_size = journal_size
         self.clock = clock
-        self._tip: _Tip | None = None
         self._highest = 0  # the largest <n> among the queue's writer files
         self._touched: set[Path] = set()
         self._created = False
@@ -168,8 +176,7 @@ class PutWriter(Writer):
                 number = int(path.name.rsplit(".", 1)[1])
             _append(run_path, offset, b"".join(blobs))
             self._touched.add(run_path)
-        st = os.stat(path)
-        self._tip = _Tip(path, number, pos, st.st_mtime_ns, tail, True)
+        TIPS.put(FileIdentity.of(path), _Tip(path, number, pos, tail, True))
 
     def sync(self) -> None:
         for path in sorted(self._touched):
@@ -194,18 +201,14 @@ class PutWriter(Writer):
             raise FileNotFoundError(f"queue {self.queue!r} has no writer file")
         self._highest = max(self._highest, max(w.number for w in queue.writers))
         newest = queue.writers[-1]
-        st = os.stat(newest.path)
-        cached = self._tip
-        if (
-            cached
-            and cached.path == newest.path
-            and (cached.size, cached.mtime_ns) == (st.st_size, st.st_mtime_ns)
-        ):
-            return cached
+        identity = FileIdentity.of(newest.path)
+        known = TIPS.get(identity)
+        if known is not None:
+            return known
         last, valid_end = _walk(newest.path)
         tail = last if last is not None else _tail_before(queue.writers[:-1])
-        tip = _Tip(newest.path, newest.number, st.st_size, st.st_mtime_ns, tail, valid_end == st.st_size)
-        self._tip = tip
+        tip = _Tip(newest.path, newest.number, identity.size, tail, valid_end == identity.size)
+        TIPS.put(identity, tip)
         return tip
 
     def _new_number(self, previous: int) -> int:
