@@ -250,6 +250,7 @@ class SourceTree:
             Ahead.view(path, render, self.pool.workers, self.deps)
             for path, render in self.format.derived_views().items()
             if isinstance(render, PiecedRender)
+            and render.ahead
             and self._native_bytes(path) >= RENDER_AHEAD_BYTES
             and not self.index.derived_has(path, self.deps)
         ]

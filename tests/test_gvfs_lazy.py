@@ -11,10 +11,11 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from fmtfs.formats.base import PIECE_LINES
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry
 from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model, part_bounds
-from fmtfs.formats.gvfs.metadata import PIECE_LINES, metadata_pieces
+from fmtfs.formats.gvfs.metadata import metadata_pieces
 from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, OP_UNSET, Entry, MetaModel, Node
 from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.tree import LazyTree, TreeError, read_tree

@@ -12,13 +12,20 @@ import pytest
 from fmtfs.formats import detect, format_class
 from fmtfs.formats.base import Chunk, Problem
 from fmtfs.formats.kestrel import KestrelFormat
+from fmtfs.formats.kestrel import format as kestrel_format
 from fmtfs.formats.kestrel.records import WRITER_MAGIC, encode_put, encode_read_done, encode_read_head
 from fmtfs.formats.kestrel.shapes import ms_text
 from fmtfs.formats.kestrel.streams import CHUNK_RECORDS
 from fmtfs.samples.kestrel import generate
+from fmtfs.views import RENDER_AHEAD_BYTES, SourceTree
 from tests.conftest import FIXTURES as FIXTURES_ROOT
 
 FIXTURES = FIXTURES_ROOT / "kestrel"
+
+
+def pending_of(views: dict, path: str) -> list[dict]:
+    """A pending view's records, from the lines it renders (a piece at a time)."""
+    return [orjson.loads(line) for line in views[path]().splitlines()]
 
 
 def put_file(path: Path, ids, data=b"x", start: int = 0) -> bytes:
@@ -71,7 +78,7 @@ def test_fixture_vectors_as_a_queue(tmp_path):
     }
     views = fmt.derived_views()
     assert views["jobs/readers/default.json"]() == b'{"reader":"","head":1,"done":[3,4]}\n'
-    assert [r["id"] for r in views["jobs/pending/default.jsonl"]()] == [100, 101]
+    assert [r["id"] for r in pending_of(views, "jobs/pending/default.jsonl")] == [100, 101]
 
 
 def test_files_ordered_by_first_id_and_temporaries_ignored(tmp_path):
@@ -86,7 +93,7 @@ def test_files_ordered_by_first_id_and_temporaries_ignored(tmp_path):
     assert by_view(fmt)["q/journal/500.jsonl"] == []
     assert fmt.streams()[2].view_paths() == ["q/journal/500.jsonl"]
     assert [p for p in fmt.derived_views() if "~" in p] == []  # nor the temporary reader file
-    pending = fmt.derived_views()["q/pending/x.jsonl"]()
+    pending = pending_of(fmt.derived_views(), "q/pending/x.jsonl")
     assert [r["id"] for r in pending] == [2, 10, 11]
 
 
@@ -160,11 +167,38 @@ def test_reader_views_and_problems(tmp_path):
     fmt = KestrelFormat(tmp_path, {})
     views = fmt.derived_views()
     assert orjson.loads(views["q/readers/default.json"]()) == {"reader": "", "head": 3, "done": [5, 7]}
-    assert [r["id"] for r in views["q/pending/default.jsonl"]()] == [4, 6, 8, 9, 10]
+    assert [r["id"] for r in pending_of(views, "q/pending/default.jsonl")] == [4, 6, 8, 9, 10]
     assert views["q/readers/a%25b.c.json"]() == b'{"reader":"a%b.c","head":8,"done":[9,10]}\n'
-    assert views["q/pending/a%25b.c.jsonl"]() == []
+    assert pending_of(views, "q/pending/a%25b.c.jsonl") == []
     assert "q/readers/broken.json" not in views and "q/readers/alien.json" not in views
     assert sorted((p.file, p.offset) for p in fmt.problems()) == [("q.read.alien", 0), ("q.read.broken", 4)]
+
+
+def test_a_big_pending_view_is_rendered_when_read_and_kept_for_the_next_tree(tmp_path, monkeypatch):
+    source = tmp_path / "src"
+    source.mkdir()
+    put_file(source / "q.1", range(1, 3001), data=b"y" * 500)  # 1.5 MB: above RENDER_AHEAD_BYTES
+    (source / "q.read.r").write_bytes(b"\x26\x3c\x26\x03" + encode_read_head(1000))
+    assert (source / "q.1").stat().st_size >= RENDER_AHEAD_BYTES
+    renders = []
+    real = kestrel_format.pending_pieces
+    monkeypatch.setattr(kestrel_format, "pending_pieces", lambda *args: renders.append(1) or real(*args))
+    path = "q/pending/r.jsonl"
+    tree = SourceTree(KestrelFormat(source, {}), tmp_path / "cache", workers=2)
+    tree.decode_in_workers()  # what a mount does before it serves: this view is not rendered ahead
+    try:
+        assert tree._to_render_ahead() == []
+        lines = tree.read(path, 0, tree.size(path)).splitlines()
+    finally:
+        tree.close()
+    assert [orjson.loads(line)["id"] for line in lines] == list(range(1001, 3001))
+    assert renders == [1]
+    again = SourceTree(KestrelFormat(source, {}), tmp_path / "cache")  # the next mount, `fmtfs info`
+    try:
+        assert again.read(path, 0, again.size(path)).splitlines() == lines
+    finally:
+        again.close()
+    assert renders == [1]  # kept in the index, compressed
 
 
 def test_pending_is_in_id_order_across_files(tmp_path):
@@ -172,7 +206,7 @@ def test_pending_is_in_id_order_across_files(tmp_path):
     put_file(tmp_path / "q.2", [4, 6, 5])  # out of order inside a file still sorts
     (tmp_path / "q.read.r").write_bytes(b"\x26\x3c\x26\x03" + encode_read_head(2) + encode_read_done([4]))
     views = KestrelFormat(tmp_path, {}).derived_views()
-    assert [r["id"] for r in views["q/pending/r.jsonl"]()] == [3, 5, 6]
+    assert [r["id"] for r in pending_of(views, "q/pending/r.jsonl")] == [3, 5, 6]
 
 
 def test_deterministic_records_and_odd_times(tmp_path):
@@ -213,7 +247,7 @@ def test_sample(tmp_path):
     views = fmt.derived_views()
     indexer = orjson.loads(views["mail/readers/indexer.json"]())
     assert indexer["done"] and indexer["head"] > 0
-    pending = views["mail/pending/indexer.jsonl"]()
+    pending = pending_of(views, "mail/pending/indexer.jsonl")
     assert all(r["id"] > indexer["head"] and r["id"] not in indexer["done"] for r in pending)
     assert len(pending) == 100 - indexer["head"] - len(indexer["done"])
     assert generate(tmp_path / "t", 400) and sorted(os.listdir(tmp_path / "t")) == names
@@ -228,9 +262,9 @@ def test_the_default_reader_is_shown_as_default_and_a_reader_named_default_is_en
     fmt = KestrelFormat(tmp_path, {})
     views = fmt.derived_views()
     assert orjson.loads(views["q/readers/default.json"]()) == {"reader": "", "head": 1, "done": []}
-    assert [r["id"] for r in views["q/pending/default.jsonl"]()] == [2, 3]
+    assert [r["id"] for r in pending_of(views, "q/pending/default.jsonl")] == [2, 3]
     assert orjson.loads(views["q/readers/%64efault.json"]())["reader"] == "default"
-    assert [r["id"] for r in views["q/pending/%64efault.jsonl"]()] == [3]
+    assert [r["id"] for r in pending_of(views, "q/pending/%64efault.jsonl")] == [3]
     assert fmt.writer("q/readers/%64efault.json", False).reader == "default"
     assert fmt.writer("q/readers/default.json", False).reader == ""
 

@@ -225,7 +225,7 @@ def test_new_reader_and_round_trip_of_the_view(tmp_path):
     fmt.writer("q/readers/indexer.json", True).write([{"head": 100, "done": []}])
     assert (tmp_path / "q.read.indexer").read_bytes() == encode_reader_file(100, [])
     views = KestrelFormat(tmp_path, {}).derived_views()
-    assert [r["id"] for r in views["q/pending/indexer.jsonl"]()] == [101]
+    assert [orjson.loads(line)["id"] for line in views["q/pending/indexer.jsonl"]().splitlines()] == [101]
     again = orjson.loads(views["q/readers/indexer.json"]())
     fmt.writer("q/readers/indexer.json", False).write([again])
     assert (tmp_path / "q.read.indexer").read_bytes() == encode_reader_file(100, [])

@@ -277,23 +277,32 @@ class Writer(ABC):
 DerivedRender = Callable[[], "list[Record] | bytes"]
 
 
+# Lines in one piece of a PiecedRender (about 250 KB of JSON).
+PIECE_LINES = 2000
+
+
 class PiecedRender:
     """A DerivedRender of a big `.jsonl` view that renders its lines a
-    piece at a time (each piece a few thousand whole lines): called, it
+    piece at a time (each piece PIECE_LINES whole lines or so): called, it
     returns them all as bytes; the view tree takes `pieces()` instead and
     keeps them compressed (fmtfs.pieces), so neither the rendering nor the
-    mount holds the view's records or its whole text."""
+    mount holds the view's records or its whole text, and the derived
+    cache keeps them across mounts."""
 
     def __init__(
         self,
         pieces: Callable[[], Iterator[bytes]],
         part: Callable[[int, int], Iterator[bytes]] | None = None,
+        ahead: bool = True,
     ) -> None:
         self.pieces = pieces
         # part(i, n): the pieces of the i-th of n runs of the view's lines,
         # which in order are pieces()'s lines; a format that can cut its
         # view so has it rendered by n processes at once (fmtfs.prerender)
         self.part = part
+        # whether a mount renders it in its workers as it starts (the view a
+        # user of the format looks at first), or only once it is looked at
+        self.ahead = ahead
 
     def __call__(self) -> bytes:
         return b"".join(self.pieces())

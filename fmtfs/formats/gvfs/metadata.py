@@ -8,15 +8,13 @@ from collections.abc import Iterator
 from itertools import islice
 from pathlib import Path
 
+from fmtfs.formats.base import PIECE_LINES
 from fmtfs.formats.gvfs.lazy import keyed_rows, part_bounds
 from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.store import effective_model, read_state
 from fmtfs.formats.gvfs.tree import LazyTree
 from fmtfs.gcpause import paused
 from fmtfs.jsonlines import render_lines
-
-# Lines rendered at a time (about 250 KB of JSON).
-PIECE_LINES = 2000
 
 
 def metadata_pieces(tree_path: Path, part: int = 0, parts: int = 1) -> Iterator[bytes]:

@@ -27,19 +27,20 @@ Decisions where LAYOUT.md leaves room:
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from fmtfs.formats.base import (
+    PIECE_LINES,
     DerivedRender,
     Format,
     FormatError,
+    PiecedRender,
     Problem,
     ReadOnlyView,
-    Record,
     Stream,
     Writer,
 )
@@ -59,6 +60,8 @@ from fmtfs.formats.kestrel.shapes import (
 from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
 from fmtfs.formats.kestrel.writers import PutWriter, ReaderWriter
 from fmtfs.formats.schema import ViewSchema
+from fmtfs.gcpause import paused
+from fmtfs.jsonlines import render_lines
 from fmtfs.shape import encode_name
 
 
@@ -122,8 +125,11 @@ class KestrelFormat(Format, card=CARD):
             for reader, state in sorted(states.items()):
                 body = orjson.dumps(state.as_json(reader)) + b"\n"
                 views[reader_view(queue.name, reader)] = lambda body=body: body
-                views[pending_view(queue.name, reader)] = lambda queue=queue, state=state: pending_records(
-                    queue, state.head, state.done
+                # rendered when looked at, not by every mount (a live queue's
+                # changes on each): kept compressed, and across mounts
+                views[pending_view(queue.name, reader)] = PiecedRender(
+                    lambda queue=queue, state=state: pending_pieces(queue, state.head, state.done),
+                    ahead=False,
                 )
             if queue.legacy:
                 views[items_view(queue.name)] = lambda queue=queue: [
@@ -204,15 +210,22 @@ class KestrelFormat(Format, card=CARD):
         raise FileNotFoundError(view_path)
 
 
-def pending_records(queue: Queue, head: int, done: set[int]) -> list[Record]:
-    """Items a reader has not consumed: PUT ids above head not in done, across
-    every writer file, in id order."""
+def pending_pieces(queue: Queue, head: int, done: set[int]) -> Iterator[bytes]:
+    """The lines of items a reader has not consumed (PUT ids above head not
+    in done, across every writer file, in id order), PIECE_LINES at a time:
+    the records of a big queue's pending items are never all held (147,000
+    took more memory than their 73 MB of lines)."""
     keep = (lambda i: i > head and i not in done) if done else (lambda i: i > head)
     found = []
     for wf in queue.writers:
         found.extend(iter_puts(wf, keep))
     found.sort(key=lambda pair: pair[0].id)  # stable: repeated ids keep file order
-    return [put_record(p.id, p.add_time, p.expire_time, p.error_count, data) for p, data in found]
+    for start in range(0, len(found), PIECE_LINES):
+        with paused():  # a dict per record, none in a cycle
+            yield render_lines(
+                put_record(p.id, p.add_time, p.expire_time, p.error_count, data)
+                for p, data in found[start : start + PIECE_LINES]
+            )
 
 
 def _by_name(queues: dict[str, Queue]) -> dict[str, Queue]:
