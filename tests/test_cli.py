@@ -189,6 +189,23 @@ def test_index_on_a_terminal_shows_a_progress_bar(tmp_path: Path) -> None:
     assert out.decode().startswith("indexed 1 streams, 20,000 records")
 
 
+@pytest.mark.parametrize("command", [["info"], ["ls", "-l"], ["cat", "events.log/records.jsonl"]])
+def test_a_first_look_indexes_with_a_progress_bar_on_a_terminal(tmp_path: Path, command: list[str]) -> None:
+    # info, ls and cat index as `fmtfs index` does (on every core), the bar on
+    # stderr only: their output is the one they print without a terminal
+    (tmp_path / "wal").mkdir()
+    source = wallaby_sample(tmp_path / "wal", 20_000)
+    argv = [sys.executable, "-m", "fmtfs", command[0], str(source), *command[1:]]
+    controller, terminal = a_terminal()
+    printed = tmp_path / "printed"
+    with open(printed, "wb") as out:  # a file, not a pipe: cat's output fills no buffer while we read the bar
+        process = subprocess.Popen([*argv, "--cache-dir", str(tmp_path / "c")], stdout=out, stderr=terminal)
+    os.close(terminal)
+    bar = read_terminal(controller)
+    assert process.wait(timeout=120) == 0 and "indexing" in bar and "20,000 records" in bar
+    assert printed.read_bytes() == fmtfs(*argv[3:], "--cache-dir", tmp_path / "again").stdout
+
+
 def test_mount_in_the_foreground_on_a_terminal_shows_the_progress(tmp_path: Path) -> None:
     (tmp_path / "wal").mkdir()
     source = wallaby_sample(tmp_path / "wal", 5_000)
