@@ -11,7 +11,6 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fmtfs.formats.base import PIECE_LINES
 from fmtfs.formats.gvfs import GvfsFormat, store
 from fmtfs.formats.gvfs.journal import decode_entry, encode_entry
 from fmtfs.formats.gvfs.lazy import keyed_rows, lazy_model, part_bounds
@@ -20,6 +19,7 @@ from fmtfs.formats.gvfs.model import OP_COPY, OP_REMOVE, OP_SET, OP_SETV, OP_UNS
 from fmtfs.formats.gvfs.records import metadata_record
 from fmtfs.formats.gvfs.tree import LazyTree, TreeError, read_tree
 from fmtfs.formats.gvfs.treewriter import build_tree
+from fmtfs.jsonlines import PIECE_LINES
 from fmtfs.pieces import Pieces
 from fmtfs.render import parse_lines, render_lines
 from fmtfs.views import SourceTree

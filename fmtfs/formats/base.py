@@ -277,13 +277,10 @@ class Writer(ABC):
 DerivedRender = Callable[[], "list[Record] | bytes"]
 
 
-# Lines in one piece of a PiecedRender (about 250 KB of JSON).
-PIECE_LINES = 2000
-
-
 class PiecedRender:
     """A DerivedRender of a big `.jsonl` view that renders its lines a
-    piece at a time (each piece PIECE_LINES whole lines or so): called, it
+    piece at a time (jsonlines.render_pieces: a few thousand whole lines
+    each): called, it
     returns them all as bytes; the view tree takes `pieces()` instead and
     keeps them compressed (fmtfs.pieces), so neither the rendering nor the
     mount holds the view's records or its whole text, and the derived

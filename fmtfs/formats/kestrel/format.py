@@ -34,7 +34,6 @@ from typing import Any
 import orjson
 
 from fmtfs.formats.base import (
-    PIECE_LINES,
     DerivedRender,
     Format,
     FormatError,
@@ -60,8 +59,7 @@ from fmtfs.formats.kestrel.shapes import (
 from fmtfs.formats.kestrel.streams import LegacyStream, WriterStream, iter_puts, replay_files
 from fmtfs.formats.kestrel.writers import PutWriter, ReaderWriter
 from fmtfs.formats.schema import ViewSchema
-from fmtfs.gcpause import paused
-from fmtfs.jsonlines import render_lines
+from fmtfs.jsonlines import render_pieces
 from fmtfs.shape import encode_name
 
 
@@ -212,7 +210,7 @@ class KestrelFormat(Format, card=CARD):
 
 def pending_pieces(queue: Queue, head: int, done: set[int]) -> Iterator[bytes]:
     """The lines of items a reader has not consumed (PUT ids above head not
-    in done, across every writer file, in id order), PIECE_LINES at a time:
+    in done, across every writer file, in id order), a piece at a time:
     the records of a big queue's pending items are never all held (147,000
     took more memory than their 73 MB of lines)."""
     keep = (lambda i: i > head and i not in done) if done else (lambda i: i > head)
@@ -220,12 +218,9 @@ def pending_pieces(queue: Queue, head: int, done: set[int]) -> Iterator[bytes]:
     for wf in queue.writers:
         found.extend(iter_puts(wf, keep))
     found.sort(key=lambda pair: pair[0].id)  # stable: repeated ids keep file order
-    for start in range(0, len(found), PIECE_LINES):
-        with paused():  # a dict per record, none in a cycle
-            yield render_lines(
-                put_record(p.id, p.add_time, p.expire_time, p.error_count, data)
-                for p, data in found[start : start + PIECE_LINES]
-            )
+    yield from render_pieces(
+        put_record(p.id, p.add_time, p.expire_time, p.error_count, data) for p, data in found
+    )
 
 
 def _by_name(queues: dict[str, Queue]) -> dict[str, Queue]:
