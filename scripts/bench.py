@@ -25,9 +25,9 @@ ones (the JVM stays up once started):
                  holding the same files (Spark lists a folder recursively: a `buckets/` sub-folder too)
                  (spark_glob: the same with the glob `folder/*.jsonl` the README recommends, on another
                  fresh mount, vs the same glob over a plain folder of the folder's own views)
-                 (each the median of 3 fresh mounts, the plain reads' too, taken in turn)
+                 (each the median of 5 fresh mounts, the plain reads' too, taken in turn)
   data_source    spark.read.format("fmtfs"), default options, first query and again  vs  plain read.json
-                 (the first once: a source's first query is once per session; again: the median of 3)
+                 (each the median of 5, in turn with plain ones: first queries over copies of the cache)
                  (data_source_unkept: again with keptBytes=0, no Arrow batch kept or loaded),
                  Spark's Python workers started just before (python_ds_start: a session's first
                  Python data source query, one row per core, vs the same plain read.json;
@@ -840,7 +840,11 @@ def copy_spark_views(folder: Path, plain: Path, whole_tree: bool) -> None:
             copy_spark_views(view, plain / view.name, whole_tree)
 
 
-SPARK_SAMPLES = 3  # timings of a Spark query that can be repeated (a fresh mount each); the median counts
+# timings of a Spark query that can be repeated (a fresh mount each); the
+# median counts.  Five since session 35: with three, two figures of the same
+# work (kestrel's folder and its glob, the same files) came out 1.05 and 1.49
+# in one run, the mount's queries using 0.02 s of its CPU
+SPARK_SAMPLES = 5
 
 
 def median_text(samples: list[float]) -> tuple[float, str]:
