@@ -57,7 +57,10 @@ The "plain loop" (scripts/plain_loops.py) decodes and renders without fmtfs
 machinery, are measured against fmtfs's own single-thread in-process decode
 (their `baseline` column says `fmtfs-1t`).  Ratios are oriented as the
 issue's targets: throughput ratios (higher is better) for cat, mount and
-write; time ratios (lower is better) for Spark and listing.
+write; time ratios (lower is better) for Spark and listing.  Each figure
+also records the hypervisor's steal while it was measured (`steal_s`, from
+/proc/stat; printed when not zero): a figure timed while this machine's
+vCPUs waited for the host ran on a slower machine than the ones around it.
 
 Adding a figure: write `def figure_x(run: FormatRun) -> list[Figure]` and
 append it to FIGURES (or SPARK_FIGURES when it needs Spark).  Each figure
@@ -181,6 +184,7 @@ class Figure:
     fmtfs: str  # what fmtfs did, with its time or rate
     baseline: str  # what the baseline did
     target: str
+    steal: float = 0.0  # seconds of this machine's vCPUs the hypervisor gave away meanwhile (stolen_seconds)
 
 
 @dataclass
@@ -314,6 +318,15 @@ def _mount_pid(mnt: Path) -> int:
             if b"mount" in argv and needle in argv and any(b"fmtfs" in a for a in argv):
                 return int(entry.name)
     raise SystemExit(f"no fmtfs process serves {mnt}")
+
+
+def stolen_seconds() -> float:
+    """CPU time the hypervisor has kept this machine's vCPUs waiting while
+    they had work (/proc/stat's `steal`, all CPUs), so far.  A figure
+    measured while it grows ran on a slower machine than the figures
+    around it: fmtfs's side uses both cores, a baseline one."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")  # cpu user nice system idle iowait irq softirq steal
 
 
 def cpu_seconds(pid: int) -> float:
@@ -1294,10 +1307,15 @@ def run_figures(run: FormatRun, figures: list[Callable[[FormatRun], list[Figure]
     if chosen:
         print(f"\n{run.fmt}:")
     for figure in chosen:
-        for row in figure(run):
+        before = stolen_seconds()
+        rows = figure(run)
+        steal = stolen_seconds() - before
+        for row in rows:
+            row.steal = steal
             run.rows.append(row)
             print(
                 f"  {row.name:18} {row.ratio:7.3g}   {row.fmtfs:34} vs {row.baseline:36} target {row.target}"
+                + (f"  (steal {steal:.1f} s)" if steal >= 0.05 else "")
             )
     if run.baseline is not None:
         run.baseline.shutdown()
@@ -1312,7 +1330,13 @@ def format_results(run: FormatRun) -> dict[str, Any]:
         "baseline": run.baseline_kind,
         "figures": {row.name: row.ratio for row in run.rows},
         "details": {
-            row.name: {"fmtfs": row.fmtfs, "baseline": row.baseline, "target": row.target} for row in run.rows
+            row.name: {
+                "fmtfs": row.fmtfs,
+                "baseline": row.baseline,
+                "target": row.target,
+                "steal_s": row.steal,
+            }
+            for row in run.rows
         },
     }
 

@@ -39,14 +39,14 @@ TITLES = {
     "write_through": "write-through `cat` 20,000 lines `>>` vs in-process encoder",
     "spark_json_first": (
         "`spark.read.json(folder).count()`, fresh mount, vs a plain folder of the same files"
-        " (medians of 3 mounts)"
+        " (medians of 5 mounts)"
     ),
     "spark_json_second": "the same, second query",
     "spark_glob_first": "`spark.read.json(folder/*.jsonl)`, fresh mount",
     "spark_glob_second": "the same, second query",
-    "data_source": "data source, default options, first query (median of 3), vs plain `read.json`",
+    "data_source": "data source, default options, first query (median of 5), vs plain `read.json`",
     "data_source_cold": "the same, the session's first query of the shape (JVM compiling for it)",
-    "data_source_again": "data source, again (median of 3)",
+    "data_source_again": "data source, again (median of 5)",
     "python_ds_floor": "a one-row Python data source's query (any source's floor) vs plain `read.json`",
     "time_filter": "one-hour time filter vs full read (data source)",
 }
@@ -128,6 +128,7 @@ def column(run: dict[str, Any], fmt: str) -> str:
 class Cell:
     values: list[float]
     target: Target
+    steals: list[float | None]  # each run's steal while the figure was measured (None: not recorded)
 
     @property
     def misses(self) -> list[int]:
@@ -155,7 +156,8 @@ def cells(runs: list[dict[str, Any]], show_all: bool) -> tuple[list[str], list[s
             if any(d is None for d in details):
                 continue  # not measured for this format (or not in every run)
             target = Target.parse(details[0]["target"])
-            table[name, fmt] = Cell([measured(run, fmt, name, target) for run in runs], target)
+            values = [measured(run, fmt, name, target) for run in runs]
+            table[name, fmt] = Cell(values, target, [d.get("steal_s") for d in details])
     return shown, formats, table
 
 
@@ -195,8 +197,16 @@ def summary(shown: list[str], formats: list[str], table: dict, runs: int) -> lis
             out.append(
                 f"- {fmt} {name}: missed in {which} of {runs} runs; median "
                 f"{number(median, not meets)}, which {'meets' if meets else 'misses'} {cell.target.text}"
+                + _steals(cell, letters)
             )
     return out or [f"- every cell met its target in all {runs} runs"]
+
+
+def _steals(cell: Cell, letters: str) -> str:
+    """The hypervisor's steal while the cell was measured, in the runs that
+    recorded it: a miss with seconds of steal ran on a slower machine."""
+    known = [f"{letters[i]} {s:.1f} s" for i, s in enumerate(cell.steals) if s is not None]
+    return f"; steal while measured: {', '.join(known)}" if known else ""
 
 
 def main(argv: list[str] | None = None) -> None:

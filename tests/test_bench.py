@@ -63,6 +63,8 @@ def assert_figures(result: dict, fmt: str, expected: set[str]) -> None:
     assert set(figures) == expected
     for name, value in figures.items():
         assert isinstance(value, float) and value > 0, (fmt, name, value)
+        # the hypervisor's steal while it was measured (/proc/stat): seconds, never negative
+        assert result["formats"][fmt]["details"][name]["steal_s"] >= 0, (fmt, name)
     assert result["formats"][fmt]["records"] > 0
 
 

@@ -87,3 +87,20 @@ def test_megabytes_and_figures_without_a_target(tmp_path: Path) -> None:
     assert row(lines, "peak memory")[1:] == ["< 300 MB", "**88 MB**"]
     assert row(lines, "a one-row")[1:] == ["–", "0.23"]  # a figure with no target is never bold
     assert lines[-1] == "- every cell met its target in all 1 runs"
+
+
+def test_a_miss_lists_the_steal_each_run_recorded(tmp_path: Path) -> None:
+    met = run_json({"first_mount": (1.3, "2.0 s", ">= 1.0")})
+    missed = run_json({"first_mount": (0.92, "3.2 s", ">= 1.0")})
+    met["formats"]["wallaby"]["details"]["first_mount"]["steal_s"] = 0.0
+    missed["formats"]["wallaby"]["details"]["first_mount"]["steal_s"] = 4.25
+    lines = table(tmp_path, [met, missed])
+    assert (
+        "- wallaby first_mount: missed in B of 2 runs; median 1.11, which meets >= 1.0;"
+        " steal while measured: A 0.0 s, B 4.2 s"
+    ) in lines
+    # runs written before bench.py recorded steal: no steal is claimed for them
+    old = run_json({"first_mount": (0.92, "3.2 s", ">= 1.0")})
+    assert "- wallaby first_mount: missed in A of 1 runs; median 0.920, which misses >= 1.0" in table(
+        tmp_path, [old]
+    )
